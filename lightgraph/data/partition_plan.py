@@ -1,0 +1,268 @@
+"""Per-rank partition plans for partition-parallel full-graph training."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from lightgraph.data.graph_dataset import MASK_NAMES, validate_graph
+
+
+
+@dataclass
+class PartitionPlan:
+    """Everything one rank needs to train on its partition of a graph.
+
+    Local node numbering: the ``num_inner`` nodes this rank owns come first (sorted by
+    global id), followed by the halo nodes — remote in-neighbours of inner nodes — grouped
+    by owner rank (owner 0 first) and sorted by global id inside each group. A halo
+    exchange therefore receives exactly ``halo_counts[q]`` rows from every peer ``q`` and
+    appends them, in order, after the inner rows.
+
+    Attributes:
+        rank: the partition this plan describes.
+        num_parts: number of partitions (= world size of the exchange).
+        num_nodes_global: nodes in the whole graph.
+        num_inner: nodes owned by this rank.
+        global_ids: ``[num_inner + num_halo]`` global id of every local node.
+        halo_counts: halo nodes received from each rank (``halo_counts[rank] == 0``).
+        send_index: local indices of inner nodes to send, concatenated per peer in rank
+            order; peer ``q`` receives them in the order of its own halo list.
+        send_counts: rows sent to each rank (``send_counts[rank] == 0``).
+        edge_index: ``[2, num_local_edges]`` local ids; every edge of the global graph whose
+            destination is an inner node, sources inner or halo.
+        in_degree: global in-degree of every local node (all edges as given).
+        gcn_degree: global GCN degree of every local node: in-neighbours excluding
+            self-loops plus one self-loop, exactly what PyG's ``gcn_norm`` computes on the
+            whole graph.
+        marginal_mask: ``[num_inner]`` inner nodes with at least one remote in-neighbour
+            (they wait for the exchange); the rest are *central*.
+        x, y, train_mask, val_mask, test_mask: features, labels and masks of inner nodes.
+        global_counts: number of train/val/test nodes in the whole graph.
+    """
+
+    rank: int
+    num_parts: int
+    num_nodes_global: int
+    num_inner: int
+    global_ids: Tensor
+    halo_counts: list[int]
+    send_index: Tensor
+    send_counts: list[int]
+    edge_index: Tensor
+    in_degree: Tensor
+    gcn_degree: Tensor
+    marginal_mask: Tensor
+    x: Tensor
+    y: Tensor
+    train_mask: Tensor
+    val_mask: Tensor
+    test_mask: Tensor
+    global_counts: dict[str, int]
+    _cache: dict[Any, Tensor] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def num_halo(self) -> int:
+        return int(sum(self.halo_counts))
+
+    @property
+    def num_local(self) -> int:
+        """Inner plus halo nodes."""
+        return self.num_inner + self.num_halo
+
+    @property
+    def central_mask(self) -> Tensor:
+        return ~self.marginal_mask
+
+    @property
+    def multilabel(self) -> bool:
+        return self.y.dim() == 2
+
+    # ------------------------------------------------------------------ adjacency views
+    def adj_t(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """Unweighted ``[num_inner, num_local]`` CSR adjacency (row = destination)."""
+        key = ("adj_t", dtype)
+        if key not in self._cache:
+            src, dst = self.edge_index
+            self._cache[key] = _to_csr(dst, src, None, self.num_inner, self.num_local, dtype)
+        return self._cache[key]
+
+    def gcn_edge_index(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+        """Edges with one self-loop per inner node and GCN weights from *global* degrees.
+
+        Mirrors PyG's ``gcn_norm`` (``add_remaining_self_loops`` + symmetric
+        normalisation) on the whole graph, restricted to edges into inner nodes.
+        """
+        key = ("gcn_edge_index", dtype)
+        if key not in self._cache:
+            src, dst = self.edge_index
+            keep = src != dst
+            loop = torch.arange(self.num_inner, device=src.device)
+            src = torch.cat([src[keep], loop])
+            dst = torch.cat([dst[keep], loop])
+            inv_sqrt = self.gcn_degree.to(dtype).pow(-0.5)
+            weight = inv_sqrt[src] * inv_sqrt[dst]
+            self._cache[key] = torch.stack([src, dst])
+            self._cache[("gcn_weight", dtype)] = weight
+        return self._cache[key], self._cache[("gcn_weight", dtype)]
+
+    def gcn_adj_t(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``[num_inner, num_local]`` CSR of the GCN-normalised adjacency with self-loops."""
+        key = ("gcn_adj_t", dtype)
+        if key not in self._cache:
+            (src, dst), weight = self.gcn_edge_index(dtype)
+            self._cache[key] = _to_csr(dst, src, weight, self.num_inner, self.num_local, dtype)
+        return self._cache[key]
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to(self, device: torch.device | str, *args: Any, **kwargs: Any) -> PartitionPlan:
+        """Move every tensor to ``device`` (Lightning calls this in ``batch_to_device``)."""
+        moved = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "_cache":
+                moved[f.name] = {}
+            elif isinstance(value, Tensor):
+                moved[f.name] = value.to(device)
+            else:
+                moved[f.name] = value
+        return PartitionPlan(**moved)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_cache"}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> PartitionPlan:
+        return cls(**state)
+
+    def save(self, path: str | os.PathLike) -> None:
+        torch.save(self.state_dict(), path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> PartitionPlan:
+        return cls.from_state_dict(torch.load(path, weights_only=True))
+
+    @classmethod
+    def from_data(cls, data: Data) -> PartitionPlan:
+        """The single-partition plan of a whole graph (no halo, nothing exchanged)."""
+        return build_partition_plans(data, torch.zeros(data.num_nodes, dtype=torch.long), 1)[0]
+
+
+def _to_csr(row: Tensor, col: Tensor, value: Tensor | None, num_rows: int, num_cols: int, dtype: torch.dtype) -> Tensor:
+    perm = torch.argsort(row * num_cols + col)
+    row, col = row[perm], col[perm]
+    value = torch.ones(row.numel(), dtype=dtype, device=row.device) if value is None else value[perm].to(dtype)
+    crow = torch.zeros(num_rows + 1, dtype=torch.long, device=row.device)
+    torch.cumsum(torch.bincount(row, minlength=num_rows), 0, out=crow[1:])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+        return torch.sparse_csr_tensor(crow, col, value, size=(num_rows, num_cols), check_invariants=False)
+
+
+def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list[PartitionPlan]:
+    """Build the :class:`PartitionPlan` of every partition of ``data``.
+
+    Args:
+        data: a graph in the :class:`~lightgraph.data.GraphDataset` layout.
+        partition: ``[num_nodes]`` owner rank of every node, values in ``[0, num_parts)``.
+        num_parts: number of partitions; each must own at least one node.
+
+    Returns:
+        One plan per partition, ``plans[r].rank == r``.
+    """
+    validate_graph(data)
+    num_nodes = data.num_nodes
+    if not isinstance(num_parts, int) or num_parts < 1:
+        raise ValueError(f"build_partition_plans: expected `num_parts` >= 1 but got {num_parts!r}.")
+    if num_parts > num_nodes:
+        raise ValueError(
+            f"build_partition_plans: expected `num_parts` <= num_nodes ({num_nodes}) but got {num_parts}."
+        )
+    partition = torch.as_tensor(partition)
+    if partition.shape != (num_nodes,) or partition.dtype not in (torch.int32, torch.int64):
+        raise ValueError(
+            f"build_partition_plans: expected `partition` to be an integer tensor of shape "
+            f"[{num_nodes}] but got shape {tuple(partition.shape)} and dtype {partition.dtype}."
+        )
+    partition = partition.long()
+    if partition.numel() and (int(partition.min()) < 0 or int(partition.max()) >= num_parts):
+        raise ValueError(
+            f"build_partition_plans: expected `partition` values in [0, {num_parts - 1}] but "
+            f"found values in [{int(partition.min())}, {int(partition.max())}]."
+        )
+    sizes = torch.bincount(partition, minlength=num_parts)
+    if bool((sizes == 0).any()):
+        empty = torch.nonzero(sizes == 0).flatten().tolist()
+        raise ValueError(
+            f"build_partition_plans: every partition must own at least one node, but partitions "
+            f"{empty} are empty."
+        )
+
+    src, dst = data.edge_index
+    in_degree = torch.bincount(dst, minlength=num_nodes)
+    gcn_degree = torch.bincount(dst[src != dst], minlength=num_nodes) + 1
+
+    # Position of every node inside its own partition (inner nodes sorted by global id).
+    node_order = torch.argsort(partition * num_nodes + torch.arange(num_nodes), stable=True)
+    part_start = torch.zeros(num_parts + 1, dtype=torch.long)
+    torch.cumsum(sizes, 0, out=part_start[1:])
+    inner_pos = torch.empty(num_nodes, dtype=torch.long)
+    inner_pos[node_order] = torch.arange(num_nodes) - part_start[partition[node_order]]
+
+    # Edges grouped by the partition of their destination.
+    edge_order = torch.argsort(partition[dst], stable=True)
+    edge_start = torch.zeros(num_parts + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(partition[dst], minlength=num_parts), 0, out=edge_start[1:])
+
+    counts = {name: int(getattr(data, name).sum()) for name in MASK_NAMES}
+    halos: list[Tensor] = []
+    partial: list[dict[str, Any]] = []
+    for r in range(num_parts):
+        inner = node_order[part_start[r] : part_start[r + 1]]
+        eids = edge_order[edge_start[r] : edge_start[r + 1]]
+        s, d = src[eids], dst[eids]
+        remote = partition[s] != r
+        halo_key = torch.unique(partition[s[remote]] * num_nodes + s[remote])  # sorted by (owner, id)
+        halo = halo_key % num_nodes
+        halos.append(halo)
+        local_src = inner_pos[s].clone()
+        local_src[remote] = inner.numel() + torch.searchsorted(halo_key, partition[s[remote]] * num_nodes + s[remote])
+        marginal = torch.zeros(inner.numel(), dtype=torch.bool)
+        marginal[inner_pos[d[remote]]] = True
+        local_ids = torch.cat([inner, halo])
+        partial.append(
+            dict(
+                rank=r,
+                num_parts=num_parts,
+                num_nodes_global=num_nodes,
+                num_inner=inner.numel(),
+                global_ids=local_ids,
+                halo_counts=torch.bincount(partition[halo], minlength=num_parts).tolist(),
+                edge_index=torch.stack([local_src, inner_pos[d]]),
+                in_degree=in_degree[local_ids],
+                gcn_degree=gcn_degree[local_ids],
+                marginal_mask=marginal,
+                x=data.x[inner],
+                y=data.y[inner],
+                train_mask=data.train_mask[inner],
+                val_mask=data.val_mask[inner],
+                test_mask=data.test_mask[inner],
+                global_counts=counts,
+            )
+        )
+
+    plans = []
+    for r in range(num_parts):
+        send_index, send_counts = [], []
+        for q in range(num_parts):
+            wanted = halos[q][partition[halos[q]] == r] if q != r else halos[q][:0]
+            send_index.append(inner_pos[wanted])
+            send_counts.append(wanted.numel())
+        plans.append(PartitionPlan(send_index=torch.cat(send_index), send_counts=send_counts, **partial[r]))
+    return plans

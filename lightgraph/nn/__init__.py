@@ -1,0 +1,25 @@
+"""Partition-aware graph neural network layers and models."""
+
+from lightgraph.nn.dagnn import DAGNN
+from lightgraph.nn.gat import GAT
+from lightgraph.nn.gcn import GCN
+from lightgraph.nn.gcn_propagation import GCNPropagation
+from lightgraph.nn.gcnii import GCNII
+from lightgraph.nn.graph_sage import GraphSAGE
+from lightgraph.nn.jknet import JKNet
+from lightgraph.nn.partition_aware import PartitionAware
+from lightgraph.nn.partitioned_graph import PartitionedGraph
+from lightgraph.nn.sgc import SGC
+
+__all__ = [
+    "DAGNN",
+    "GAT",
+    "GCN",
+    "GCNII",
+    "GCNPropagation",
+    "GraphSAGE",
+    "JKNet",
+    "PartitionAware",
+    "PartitionedGraph",
+    "SGC",
+]

@@ -1,0 +1,61 @@
+"""GCN (Kipf & Welling, 2017) on partitioned graphs."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GCNConv
+
+from lightgraph.nn._basic import check_model_args
+from lightgraph.nn.partition_aware import PartitionAware
+from lightgraph.nn.partitioned_graph import PartitionedGraph
+
+
+class GCN(nn.Module):
+    """Graph Convolutional Network from `"Semi-supervised Classification with Graph
+    Convolutional Networks" <https://arxiv.org/abs/1609.02907>`_, partition-aware.
+
+    .. math::
+        \\mathbf{H}^{(l)} = \\sigma\\left(\\hat{\\mathbf{D}}^{-1/2}\\hat{\\mathbf{A}}
+        \\hat{\\mathbf{D}}^{-1/2}\\mathbf{H}^{(l-1)}\\mathbf{W}^{(l)}\\right)
+
+    with degrees :math:`\\hat{\\mathbf{D}}` of the whole graph. ``num_layers`` counts graph
+    convolutions (Sylvie's Table VI "4 x 256" is ``num_layers=4, hidden_channels=256``).
+
+    Args:
+        in_channels: input feature size.
+        out_channels: number of classes.
+        hidden_channels: hidden size.
+        num_layers: number of ``GCNConv`` layers.
+        dropout: dropout before every layer.
+
+    Shapes:
+        - **input:** ``[num_inner, in_channels]``, a :class:`PartitionedGraph`
+        - **output:** ``[num_inner, out_channels]``
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int = 128,
+        num_layers: int = 3,
+        dropout: float = 0.5,
+    ) -> None:
+        super().__init__()
+        check_model_args(
+            "GCN", in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout
+        )
+        sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.convs = nn.ModuleList(
+            PartitionAware(GCNConv(sizes[i], sizes[i + 1]), name=f"layer{i}") for i in range(num_layers)
+        )
+        self.dropout = dropout
+
+    def forward(self, x: Tensor, graph: PartitionedGraph) -> Tensor:
+        for i, conv in enumerate(self.convs):
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = conv(x, graph)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x

@@ -1,0 +1,157 @@
+"""A wrapper that makes any PyG message-passing layer partition-aware."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from typing import Any, Literal, get_args
+
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+from torch_geometric.nn.conv import (
+    APPNP,
+    ARMAConv,
+    ChebConv,
+    GCN2Conv,
+    GCNConv,
+    MixHopConv,
+    SGConv,
+    SSGConv,
+    TAGConv,
+)
+
+from lightgraph.nn.partitioned_graph import PartitionedGraph
+
+Adjacency = Literal["auto", "adj_t", "edge_index"]
+Normalization = Literal["auto", "gcn", "none"]
+ADJACENCIES: tuple[str, ...] = get_args(Adjacency)
+NORMALIZATIONS: tuple[str, ...] = get_args(Normalization)
+
+# Layers that propagate several hops inside one call: a partition cannot serve them with
+# a single halo exchange, so they are refused instead of silently computing wrong rows.
+_MULTI_HOP = (APPNP, ARMAConv, ChebConv, MixHopConv, SGConv, SSGConv, TAGConv)
+# Layers that normalise by node degrees internally; their degrees must be global.
+_GCN_NORMALIZED = (GCNConv, GCN2Conv)
+
+
+class PartitionAware(nn.Module):
+    """Runs a PyG :class:`~torch_geometric.nn.conv.MessagePassing` layer on one partition.
+
+    Before the wrapped layer runs, the inner rows ``x`` are completed with the halo rows
+    of the other partitions (:meth:`PartitionedGraph.exchange`, differentiable), and the
+    layer sees the partition's local graph: all edges whose destination is an inner
+    node. Its output holds the inner rows only, so a stack of wrapped layers computes on
+    every partition exactly what the layer computes on the whole graph:
+
+    .. math::
+        \\mathbf{H}^{(l)}_{\\text{inner}} = f\\left(\\begin{bmatrix}
+        \\mathbf{H}^{(l-1)}_{\\text{inner}} \\\\ \\mathbf{H}^{(l-1)}_{\\text{halo}}
+        \\end{bmatrix}, \\mathcal{E}_{\\to \\text{inner}}\\right)
+
+    Degree normalisation must use *global* degrees: for GCN-normalised layers
+    (``GCNConv``, ``GCN2Conv`` with ``normalize=True``) the wrapper turns the layer's own
+    normalisation off and feeds the adjacency normalised with the plan's global degrees
+    (``normalization="gcn"`` does the same for any layer taking ``edge_weight``).
+    Layers that propagate several hops per call (``SGConv``, ``APPNP``, ``TAGConv``, ...)
+    are rejected: stack one-hop layers instead.
+
+    Args:
+        conv: the PyG layer.
+        name: label of this layer in the exchanged-bytes counters.
+        adjacency: ``"adj_t"`` passes a ``[num_inner, num_local]`` torch CSR matrix (fast
+            sparse-dense products for layers implementing ``message_and_aggregate``),
+            ``"edge_index"`` passes local edges; ``"auto"`` picks ``"adj_t"`` when the layer
+            has a fused sparse path.
+        normalization: ``"gcn"``, ``"none"`` or ``"auto"`` (``"gcn"`` for GCN-normalised
+            layers).
+        bipartite: call the layer as ``conv((x_local, x_inner), ...)`` so it computes inner
+            rows only; ``None`` decides from the type hint of the layer's ``x`` argument.
+
+    Shapes:
+        - **input:** inner rows ``[num_inner, F_in]``, a :class:`PartitionedGraph`
+        - **output:** ``[num_inner, F_out]``
+    """
+
+    def __init__(
+        self,
+        conv: MessagePassing,
+        name: str = "layer",
+        adjacency: Adjacency = "auto",
+        normalization: Normalization = "auto",
+        bipartite: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(conv, MessagePassing):
+            raise TypeError(
+                f"PartitionAware: expected `conv` to be a torch_geometric MessagePassing layer "
+                f"but got {type(conv).__name__}."
+            )
+        if isinstance(conv, _MULTI_HOP):
+            raise ValueError(
+                f"PartitionAware: {type(conv).__name__} propagates over several hops in one call, "
+                f"which needs a halo exchange per hop; stack one-hop layers (e.g. GCNConv) instead."
+            )
+        if adjacency not in ADJACENCIES:
+            raise ValueError(f"PartitionAware: expected `adjacency` in {ADJACENCIES} but got {adjacency!r}.")
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"PartitionAware: expected `normalization` in {NORMALIZATIONS} but got {normalization!r}."
+            )
+        self.conv = conv
+        self.name = name
+        if normalization == "auto":
+            normalization = "gcn" if isinstance(conv, _GCN_NORMALIZED) and getattr(conv, "normalize", False) else "none"
+        if normalization == "gcn" and isinstance(conv, _GCN_NORMALIZED):
+            # The layer would normalise with partition-local degrees: wrong for halo rows.
+            conv.normalize = False
+        self.normalization: str = normalization
+        if adjacency == "auto":
+            adjacency = "adj_t" if getattr(conv, "fuse", False) else "edge_index"
+        self.adjacency: str = adjacency
+        self.bipartite = _accepts_pair(conv) if bipartite is None else bipartite
+
+    def forward(self, x: Tensor, graph: PartitionedGraph, **kwargs: Any) -> Tensor:
+        plan = graph.plan
+        if x.size(0) != plan.num_inner:
+            raise ValueError(
+                f"PartitionAware({self.name}): expected one row per inner node ({plan.num_inner}) "
+                f"but got {x.size(0)} rows."
+            )
+        x_local = graph.exchange(x, layer=self.name)
+        n = plan.num_inner
+        if self.normalization == "gcn":
+            if self.adjacency == "adj_t":
+                adj: Tensor = plan.gcn_adj_t(x.dtype)
+            else:
+                adj, weight = plan.gcn_edge_index(x.dtype)
+                kwargs["edge_weight"] = weight
+        else:
+            adj = plan.adj_t(x.dtype) if self.adjacency == "adj_t" else plan.edge_index
+        if self.bipartite:
+            out = self.conv((x_local, x_local[:n]), edge_index=adj, **kwargs)
+        else:
+            out = self.conv(x_local, edge_index=adj, **kwargs)
+        if isinstance(out, tuple):  # e.g. attention weights requested
+            out = out[0]
+        return out[:n]
+
+    def reset_parameters(self) -> None:
+        self.conv.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, adjacency={self.adjacency!r}, normalization={self.normalization!r}, bipartite={self.bipartite}"
+
+
+def _accepts_pair(conv: MessagePassing) -> bool:
+    """Whether the layer's ``x`` argument is typed to accept a ``(source, target)`` pair."""
+    try:
+        annotation = inspect.signature(type(conv).forward).parameters["x"].annotation
+    except (KeyError, ValueError, TypeError):
+        return False
+
+    def has_tuple(tp: Any) -> bool:
+        if typing.get_origin(tp) is tuple or tp is tuple:
+            return True
+        return any(has_tuple(arg) for arg in typing.get_args(tp))
+
+    return has_tuple(annotation)

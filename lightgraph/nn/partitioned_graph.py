@@ -1,0 +1,61 @@
+"""The graph view that partition-aware layers consume."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor
+from torch_geometric.data import Data
+
+from lightgraph.data.partition_plan import PartitionPlan
+
+ExchangeFn = Callable[..., Tensor]
+
+
+class PartitionedGraph:
+    """One rank's partition plus the means to fetch halo rows from other ranks.
+
+    Models in :mod:`lightgraph.nn` take a :class:`PartitionedGraph` instead of an
+    ``edge_index``. On one process (a single-partition plan) :meth:`exchange` returns its
+    input unchanged, so the same model trains with and without partitioning.
+
+    Args:
+        plan: the rank's :class:`~lightgraph.data.PartitionPlan`.
+        exchanger: callable ``(x, plan, stage=..., layer=...) -> [inner; halo] rows``,
+            usually the strategy's :class:`~lightgraph.strategies.HaloExchanger`; may be
+            ``None`` only when the plan has no halo nodes.
+        stage: label under which exchanged bytes are counted (``"train"``, ``"val"``, ...).
+    """
+
+    def __init__(self, plan: PartitionPlan, exchanger: ExchangeFn | None = None, stage: str = "train") -> None:
+        if exchanger is None and plan.num_parts > 1:
+            raise ValueError(
+                f"PartitionedGraph: partition {plan.rank} of {plan.num_parts} needs an `exchanger` "
+                f"to fetch its {plan.num_halo} halo nodes; train with "
+                f"`Trainer(strategy='boundary_exchange', devices={plan.num_parts})`."
+            )
+        self.plan = plan
+        self.exchanger = exchanger
+        self.stage = stage
+
+    @classmethod
+    def from_data(cls, data: Data) -> PartitionedGraph:
+        """The whole graph as one partition (single-process training and inference)."""
+        return cls(PartitionPlan.from_data(data))
+
+    @property
+    def num_inner(self) -> int:
+        return self.plan.num_inner
+
+    def exchange(self, x: Tensor, layer: str = "layer") -> Tensor:
+        """Return ``[x; halo rows]`` with ``x`` holding the inner rows."""
+        if self.exchanger is None:
+            return x
+        return self.exchanger(x, self.plan, stage=self.stage, layer=layer)
+
+    def __repr__(self) -> str:
+        p = self.plan
+        return (
+            f"{self.__class__.__name__}(rank={p.rank}/{p.num_parts}, inner={p.num_inner}, "
+            f"halo={p.num_halo}, edges={p.edge_index.size(1)}, stage={self.stage!r})"
+        )
