@@ -65,7 +65,7 @@ class PartitionPlan:
     val_mask: Tensor
     test_mask: Tensor
     global_counts: dict[str, int]
-    _cache: dict[Any, Tensor] = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_halo(self) -> int:
@@ -120,9 +120,20 @@ class PartitionPlan:
             self._cache[key] = _to_csr(dst, src, weight, self.num_inner, self.num_local, dtype)
         return self._cache[key]
 
+    def transposed(self, adj: Tensor) -> Tensor:
+        """The cached CSR transpose of one of this plan's CSR views (for backward passes)."""
+        key = ("transposed", id(adj))
+        cached = self._cache.get(key)
+        if cached is None or cached[0] is not adj:
+            cached = (adj, adj.t().to_sparse_csr())
+            self._cache[key] = cached
+        return cached[1]
+
     # ------------------------------------------------------------------ (de)serialisation
     def to(self, device: torch.device | str, *args: Any, **kwargs: Any) -> PartitionPlan:
         """Move every tensor to ``device`` (Lightning calls this in ``batch_to_device``)."""
+        if self.x.device == torch.device(device):
+            return self  # keeps the cached adjacency views
         moved = {}
         for f in fields(self):
             value = getattr(self, f.name)

@@ -20,6 +20,7 @@ from torch_geometric.nn.conv import (
     TAGConv,
 )
 
+from lightgraph.functional.sparse_matmul import spmm_with_cached_transpose
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 
 Adjacency = Literal["auto", "adj_t", "edge_index"]
@@ -127,13 +128,20 @@ class PartitionAware(nn.Module):
                 kwargs["edge_weight"] = weight
         else:
             adj = plan.adj_t(x.dtype) if self.adjacency == "adj_t" else plan.edge_index
-        if self.bipartite:
-            out = self.conv((x_local, x_local[:n]), edge_index=adj, **kwargs)
+        if self.adjacency == "adj_t":
+            # PyG would transpose (and sort) the adjacency in every backward pass.
+            with spmm_with_cached_transpose(adj, plan.transposed(adj)):
+                out = self._call(x_local, adj, n, kwargs)
         else:
-            out = self.conv(x_local, edge_index=adj, **kwargs)
+            out = self._call(x_local, adj, n, kwargs)
         if isinstance(out, tuple):  # e.g. attention weights requested
             out = out[0]
         return out[:n]
+
+    def _call(self, x_local: Tensor, adj: Tensor, n: int, kwargs: dict[str, Any]) -> Any:
+        if self.bipartite:
+            return self.conv((x_local, x_local[:n]), edge_index=adj, **kwargs)
+        return self.conv(x_local, edge_index=adj, **kwargs)
 
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()

@@ -1,0 +1,3 @@
+from lightgraph.cli import main
+
+main()

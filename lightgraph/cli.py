@@ -1,0 +1,39 @@
+"""The ``lightgraph`` command: a LightningCLI over lightgraph's components."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+import lightgraph.strategies  # noqa: F401  (registers the strategy names)
+
+
+class LightgraphCLI(LightningCLI):
+    """``lightgraph fit --config recipes/vanilla.yaml``.
+
+    Sizes known only from the data (feature size, number of classes, multi-label) are
+    linked from the data module into the model when both are instantiated.
+    """
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data.num_features", "model.init_args.model.init_args.in_channels", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.init_args.model.init_args.out_channels", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.multilabel", "model.init_args.multilabel", apply_on="instantiate")
+
+
+def main(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:
+    """Entry point of the ``lightgraph`` console script."""
+    return LightgraphCLI(
+        pl.LightningModule,
+        pl.LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        run=run,
+    )
+
+
+if __name__ == "__main__":
+    main()
