@@ -22,8 +22,8 @@ class LightgraphCLI(LightningCLI):
         parser.link_arguments("data.multilabel", "model.init_args.multilabel", apply_on="instantiate")
 
 
-def main(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:
-    """Entry point of the ``lightgraph`` console script."""
+def build_cli(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:
+    """Build (and by default run) the CLI; ``args=None`` reads ``sys.argv``."""
     return LightgraphCLI(
         pl.LightningModule,
         pl.LightningDataModule,
@@ -33,6 +33,11 @@ def main(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:
         args=args,
         run=run,
     )
+
+
+def main() -> None:
+    """Entry point of the ``lightgraph`` console script."""
+    build_cli()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from lightgraph.nn.gcn_propagation import GCNPropagation
 from lightgraph.nn.gcnii import GCNII
 from lightgraph.nn.graph_sage import GraphSAGE
 from lightgraph.nn.jknet import JKNet
+from lightgraph.nn.mlp import MLP
 from lightgraph.nn.partition_aware import PartitionAware
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 from lightgraph.nn.sgc import SGC
@@ -19,6 +20,7 @@ __all__ = [
     "GCNPropagation",
     "GraphSAGE",
     "JKNet",
+    "MLP",
     "PartitionAware",
     "PartitionedGraph",
     "SGC",
