@@ -2,13 +2,18 @@
 
 from lightgraph.data.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
+from lightgraph.data.partitioned_data_module import PartitionedGraphDataModule
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.data.synthetic_graph import SyntheticGraph, generate_synthetic_graph
 
 __all__ = [
     "PARTITION_METHODS",
     "GraphDataset",
     "PartitionPlan",
+    "PartitionedGraphDataModule",
+    "SyntheticGraph",
     "build_partition_plans",
+    "generate_synthetic_graph",
     "partition_graph",
     "validate_graph",
 ]

@@ -52,6 +52,31 @@ class GraphDataset(ABC):
         """A stable string identifying this configuration, used as a cache key."""
 
 
+def ensure_edge_index(data: Data) -> Data:
+    """Give ``data`` an ``edge_index`` if it only carries a sparse ``adj_t``.
+
+    PyG's ``ToSparseTensor`` replaces ``edge_index`` by ``adj_t`` (rows = destinations),
+    either a ``torch_sparse.SparseTensor`` or a ``torch.sparse`` tensor; lightgraph accepts
+    both wherever PyG does and converts them here, once.
+    """
+    if getattr(data, "edge_index", None) is not None or getattr(data, "adj_t", None) is None:
+        return data
+    adj_t = data.adj_t
+    if isinstance(adj_t, Tensor) and adj_t.layout != torch.strided:
+        dst, src = adj_t.to_sparse_coo().coalesce().indices()
+    elif hasattr(adj_t, "coo"):  # torch_sparse.SparseTensor
+        dst, src, _ = adj_t.coo()
+    else:
+        raise ValueError(
+            f"Expected `adj_t` to be a torch sparse tensor or a torch_sparse.SparseTensor but got "
+            f"{type(adj_t).__name__}."
+        )
+    data = data.clone()
+    data.edge_index = torch.stack([src, dst]).long()
+    del data.adj_t
+    return data
+
+
 def validate_graph(data: Data, num_classes: int | None = None, multilabel: bool | None = None) -> None:
     """Check that ``data`` follows the :class:`GraphDataset` layout.
 
@@ -71,6 +96,11 @@ def validate_graph(data: Data, num_classes: int | None = None, multilabel: bool 
         raise ValueError(
             f"Expected `x` to be a 2-D floating point tensor [num_nodes, num_features] but got "
             f"shape {tuple(x.shape)} and dtype {x.dtype}."
+        )
+    declared = data._store.get("num_nodes") if hasattr(data, "_store") else None
+    if declared is not None and int(declared) != num_nodes:
+        raise ValueError(
+            f"Expected `x` to have one row per node (num_nodes = {int(declared)}) but got {num_nodes} rows."
         )
     edge_index: Tensor = data.edge_index
     if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.dtype != torch.long:

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.graph_dataset import MASK_NAMES, validate_graph
+from lightgraph.data.graph_dataset import MASK_NAMES, ensure_edge_index, validate_graph
+from lightgraph.typing import require_torch_sparse
 
 
 
@@ -120,6 +121,24 @@ class PartitionPlan:
             self._cache[key] = _to_csr(dst, src, weight, self.num_inner, self.num_local, dtype)
         return self._cache[key]
 
+    def sparse_tensor(self, gcn: bool = False, dtype: torch.dtype = torch.float32) -> Any:
+        """The ``[num_inner, num_local]`` adjacency as a ``torch_sparse.SparseTensor``.
+
+        Needs the optional ``torch-sparse`` package; ``gcn=True`` gives the GCN-normalised
+        matrix with self-loops, otherwise the unweighted one.
+        """
+        require_torch_sparse("PartitionPlan.sparse_tensor")
+        from torch_sparse import SparseTensor
+
+        key = ("sparse_tensor", gcn, dtype)
+        if key not in self._cache:
+            if gcn:
+                (src, dst), value = self.gcn_edge_index(dtype)
+            else:
+                (src, dst), value = self.edge_index, None
+            self._cache[key] = SparseTensor(row=dst, col=src, value=value, sparse_sizes=(self.num_inner, self.num_local))
+        return self._cache[key]
+
     def transposed(self, adj: Tensor) -> Tensor:
         """The cached CSR transpose of one of this plan's CSR views (for backward passes)."""
         key = ("transposed", id(adj))
@@ -162,7 +181,7 @@ class PartitionPlan:
     @classmethod
     def from_data(cls, data: Data) -> PartitionPlan:
         """The single-partition plan of a whole graph (no halo, nothing exchanged)."""
-        return build_partition_plans(data, torch.zeros(data.num_nodes, dtype=torch.long), 1)[0]
+        return build_partition_plans(data, torch.zeros(data.x.size(0), dtype=torch.long), 1)[0]
 
 
 def _to_csr(row: Tensor, col: Tensor, value: Tensor | None, num_rows: int, num_cols: int, dtype: torch.dtype) -> Tensor:
@@ -187,8 +206,9 @@ def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list
     Returns:
         One plan per partition, ``plans[r].rank == r``.
     """
+    data = ensure_edge_index(data)
     validate_graph(data)
-    num_nodes = data.num_nodes
+    num_nodes = data.x.size(0)
     if not isinstance(num_parts, int) or num_parts < 1:
         raise ValueError(f"build_partition_plans: expected `num_parts` >= 1 but got {num_parts!r}.")
     if num_parts > num_nodes:

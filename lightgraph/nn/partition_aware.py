@@ -22,8 +22,9 @@ from torch_geometric.nn.conv import (
 
 from lightgraph.functional.sparse_matmul import spmm_with_cached_transpose
 from lightgraph.nn.partitioned_graph import PartitionedGraph
+from lightgraph.typing import require_torch_sparse
 
-Adjacency = Literal["auto", "adj_t", "edge_index"]
+Adjacency = Literal["auto", "adj_t", "edge_index", "sparse_tensor"]
 Normalization = Literal["auto", "gcn", "none"]
 ADJACENCIES: tuple[str, ...] = get_args(Adjacency)
 NORMALIZATIONS: tuple[str, ...] = get_args(Normalization)
@@ -61,8 +62,9 @@ class PartitionAware(nn.Module):
         name: label of this layer in the exchanged-bytes counters.
         adjacency: ``"adj_t"`` passes a ``[num_inner, num_local]`` torch CSR matrix (fast
             sparse-dense products for layers implementing ``message_and_aggregate``),
-            ``"edge_index"`` passes local edges; ``"auto"`` picks ``"adj_t"`` when the layer
-            has a fused sparse path.
+            ``"edge_index"`` passes local edges, ``"sparse_tensor"`` a
+            ``torch_sparse.SparseTensor`` (optional ``torch-sparse`` package); ``"auto"`` picks
+            ``"adj_t"`` when the layer has a fused sparse path.
         normalization: ``"gcn"``, ``"none"`` or ``"auto"`` (``"gcn"`` for GCN-normalised
             layers).
         bipartite: call the layer as ``conv((x_local, x_inner), ...)`` so it computes inner
@@ -106,6 +108,8 @@ class PartitionAware(nn.Module):
             # The layer would normalise with partition-local degrees: wrong for halo rows.
             conv.normalize = False
         self.normalization: str = normalization
+        if adjacency == "sparse_tensor":
+            require_torch_sparse("PartitionAware(adjacency='sparse_tensor')")
         if adjacency == "auto":
             adjacency = "adj_t" if getattr(conv, "fuse", False) else "edge_index"
         self.adjacency: str = adjacency
@@ -120,9 +124,12 @@ class PartitionAware(nn.Module):
             )
         x_local = graph.exchange(x, layer=self.name)
         n = plan.num_inner
-        if self.normalization == "gcn":
+        adj: Any
+        if self.adjacency == "sparse_tensor":
+            adj = plan.sparse_tensor(gcn=self.normalization == "gcn", dtype=x.dtype)
+        elif self.normalization == "gcn":
             if self.adjacency == "adj_t":
-                adj: Tensor = plan.gcn_adj_t(x.dtype)
+                adj = plan.gcn_adj_t(x.dtype)
             else:
                 adj, weight = plan.gcn_edge_index(x.dtype)
                 kwargs["edge_weight"] = weight

@@ -177,3 +177,14 @@ def test_wrong_row_count_is_rejected() -> None:
     graph = PartitionedGraph.from_data(data)
     with pytest.raises(ValueError, match="one row per inner node"):
         PartitionAware(GCNConv(F_IN, 2).double())(data.x[:-1], graph)
+
+
+@pytest.mark.skipif(not __import__("lightgraph.typing").typing.WITH_TORCH_SPARSE, reason="optional torch-sparse not installed")
+def test_sparse_tensor_path_agrees() -> None:
+    data, _ = tricky_graph(1)
+    graph = PartitionedGraph(PartitionPlan.from_data(data))
+    for conv in (GCNConv(F_IN, 5), SAGEConv(F_IN, 5)):
+        conv = conv.double()
+        ref = copy.deepcopy(conv)
+        y = PartitionAware(conv, adjacency="sparse_tensor")(data.x, graph)
+        torch.testing.assert_close(y, ref(data.x, data.edge_index), atol=1e-12, rtol=0)
