@@ -29,11 +29,19 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(recipe: str, devices: int | None, epochs: int, num_nodes: int, workdir: str, name: str) -> dict:
+def run(
+    recipe: str, devices: int | None, epochs: int, num_nodes: int, workdir: str, name: str
+) -> dict:
     cmd = [
-        sys.executable, "-m", "lightgraph", "fit", "--config", os.path.join(ROOT, "recipes", recipe),
+        sys.executable,
+        "-m",
+        "lightgraph",
+        "fit",
+        "--config",
+        os.path.join(ROOT, "recipes", recipe),
         f"--trainer.max_epochs={epochs}",
-        f"--trainer.logger.init_args.save_dir={workdir}", f"--trainer.logger.init_args.name={name}",
+        f"--trainer.logger.init_args.save_dir={workdir}",
+        f"--trainer.logger.init_args.name={name}",
         f"--data.init_args.dataset.init_args.num_nodes={num_nodes}",
         f"--data.init_args.cache_dir={os.path.join(workdir, 'cache')}",
         "--trainer.enable_checkpointing=false",
@@ -52,7 +60,7 @@ def run(recipe: str, devices: int | None, epochs: int, num_nodes: int, workdir: 
         return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
 
     step = column("train_step_time")
-    warm = step[min(5, len(step) - 1):]
+    warm = step[min(5, len(step) - 1) :]
     comm = column("comm_bytes")
     return {
         "name": name,
@@ -77,11 +85,24 @@ def main() -> None:
         results.append(run("mlp.yaml", None, args.epochs, args.num_nodes, workdir, "mlp"))
         results.append(run("single.yaml", None, args.epochs, args.num_nodes, workdir, "single"))
         for devices in (1, 2, 4):
-            results.append(run("vanilla.yaml", devices, args.epochs, args.num_nodes, workdir, f"vanilla-{devices}p"))
+            results.append(
+                run(
+                    "vanilla.yaml",
+                    devices,
+                    args.epochs,
+                    args.num_nodes,
+                    workdir,
+                    f"vanilla-{devices}p",
+                )
+            )
 
     base = next(r for r in results if r["name"] == "single")["epoch_time_s"]
-    print(f"default synthetic graph, {args.num_nodes} nodes, {args.epochs} epochs, 2-core CPU, gloo loopback")
-    print(f"{'run':<12} {'procs':>5} {'epoch s':>9} {'vs single':>9} {'MB/epoch':>10} {'val acc':>8} {'test acc':>8} {'wall s':>7}")
+    print(
+        f"default synthetic graph, {args.num_nodes} nodes, {args.epochs} epochs, 2-core CPU, gloo loopback"
+    )
+    print(
+        f"{'run':<12} {'procs':>5} {'epoch s':>9} {'vs single':>9} {'MB/epoch':>10} {'val acc':>8} {'test acc':>8} {'wall s':>7}"
+    )
     for r in results:
         print(
             f"{r['name']:<12} {r['devices']:>5} {r['epoch_time_s']:>9.3f} {r['epoch_time_s'] / base:>8.2f}x "

@@ -16,10 +16,22 @@ class LightgraphCLI(LightningCLI):
     """
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_features", "model.init_args.model.init_args.in_channels", apply_on="instantiate")
-        parser.link_arguments("data.num_classes", "model.init_args.model.init_args.out_channels", apply_on="instantiate")
-        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.multilabel", "model.init_args.multilabel", apply_on="instantiate")
+        parser.link_arguments(
+            "data.num_features",
+            "model.init_args.model.init_args.in_channels",
+            apply_on="instantiate",
+        )
+        parser.link_arguments(
+            "data.num_classes",
+            "model.init_args.model.init_args.out_channels",
+            apply_on="instantiate",
+        )
+        parser.link_arguments(
+            "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"
+        )
+        parser.link_arguments(
+            "data.multilabel", "model.init_args.multilabel", apply_on="instantiate"
+        )
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:

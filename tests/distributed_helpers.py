@@ -13,22 +13,30 @@ import torch
 import torch.distributed as dist
 
 
-def _worker(fn: Callable[..., Any], rank: int, world_size: int, init_file: str, out_dir: str, args: tuple) -> None:
+def _worker(
+    fn: Callable[..., Any], rank: int, world_size: int, init_file: str, out_dir: str, args: tuple
+) -> None:
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
+        )
         result = fn(rank, world_size, *args)
         dist.barrier()
         torch.save({"ok": True, "result": result}, os.path.join(out_dir, f"rank{rank}.pt"))
     except BaseException:  # noqa: BLE001 - reported to the parent
-        torch.save({"ok": False, "error": traceback.format_exc()}, os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(
+            {"ok": False, "error": traceback.format_exc()}, os.path.join(out_dir, f"rank{rank}.pt")
+        )
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
     os._exit(0)
 
 
-def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0) -> list[Any]:
+def run_distributed(
+    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0
+) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` forked gloo ranks.
 
     Returns the per-rank results; raises if a rank fails or the run exceeds ``timeout``.
@@ -54,7 +62,9 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
         for r in range(world_size):
             path = os.path.join(tmp, f"rank{r}.pt")
             if not os.path.exists(path):
-                raise RuntimeError(f"rank {r} exited with code {procs[r].exitcode} without a result")
+                raise RuntimeError(
+                    f"rank {r} exited with code {procs[r].exitcode} without a result"
+                )
             payload = torch.load(path, weights_only=False)
             if not payload["ok"]:
                 raise RuntimeError(f"rank {r} failed:\n{payload['error']}")

@@ -6,7 +6,9 @@ import torch
 from torch_geometric.data import Data
 
 
-def tricky_graph(num_parts: int, num_nodes: int = 60, num_features: int = 6, num_classes: int = 3, seed: int = 0) -> tuple[Data, torch.Tensor]:
+def tricky_graph(
+    num_parts: int, num_nodes: int = 60, num_features: int = 6, num_classes: int = 3, seed: int = 0
+) -> tuple[Data, torch.Tensor]:
     """A directed random graph with the corner cases partitioning must survive.
 
     * node 0 (partition 0) has in-neighbours only in other partitions;

@@ -43,28 +43,58 @@ def test_recipe_parses_and_instantiates(recipe: str, tmp_path) -> None:
 def test_callback_fragment_stacks_on_vanilla(fragment: str, tmp_path) -> None:
     with open(fragment) as f:
         assert "trainer" in yaml.safe_load(f), "a fragment configures trainer.callbacks"
-    cli = build_cli(["--config", os.path.join(ROOT, "recipes", "vanilla.yaml"), "--config", fragment,
-                     f"--data.init_args.cache_dir={tmp_path}"], run=False)
+    cli = build_cli(
+        [
+            "--config",
+            os.path.join(ROOT, "recipes", "vanilla.yaml"),
+            "--config",
+            fragment,
+            f"--data.init_args.cache_dir={tmp_path}",
+        ],
+        run=False,
+    )
     assert cli.trainer.callbacks
 
 
 def test_single_recipe_fits_in_process(tmp_path, capsys) -> None:
-    build_cli(["fit", "--config", os.path.join(ROOT, "recipes", "single.yaml"), *TINY,
-               f"--data.init_args.cache_dir={tmp_path}", f"--trainer.default_root_dir={tmp_path}",
-               "--trainer.callbacks.init_args.every_n_epochs=1"])
+    build_cli(
+        [
+            "fit",
+            "--config",
+            os.path.join(ROOT, "recipes", "single.yaml"),
+            *TINY,
+            f"--data.init_args.cache_dir={tmp_path}",
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.callbacks.init_args.every_n_epochs=1",
+        ]
+    )
     out = capsys.readouterr().out
     assert "epoch    1" in out and "val_acc" in out and "test_acc" in out
 
 
 def test_unknown_model_class_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(SystemExit):
-        build_cli(["--config", os.path.join(ROOT, "recipes", "vanilla.yaml"),
-                   "--model.init_args.model=lightgraph.nn.NoSuchNet"], run=False)
+        build_cli(
+            [
+                "--config",
+                os.path.join(ROOT, "recipes", "vanilla.yaml"),
+                "--model.init_args.model=lightgraph.nn.NoSuchNet",
+            ],
+            run=False,
+        )
 
 
-def _run(cmd: list[str], cwd, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, timeout=timeout, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+def _run(
+    cmd: list[str], cwd, timeout: float, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd,
+        cwd=cwd,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.multiprocess
@@ -72,9 +102,16 @@ def _run(cmd: list[str], cwd, timeout: float, env: dict | None = None) -> subpro
 def test_console_script_runs_vanilla_on_two_processes(tmp_path) -> None:
     """The README's main command, shrunk: popen launcher, two ranks, real exchange."""
     exe = os.path.join(os.path.dirname(sys.executable), "lightgraph")
-    cmd = [exe if os.path.exists(exe) else sys.executable, *([] if os.path.exists(exe) else ["-m", "lightgraph"]),
-           "fit", "--config", os.path.join(ROOT, "recipes", "vanilla.yaml"), *TINY, "--trainer.devices=2",
-           "--trainer.callbacks.init_args.every_n_epochs=1"]
+    cmd = [
+        exe if os.path.exists(exe) else sys.executable,
+        *([] if os.path.exists(exe) else ["-m", "lightgraph"]),
+        "fit",
+        "--config",
+        os.path.join(ROOT, "recipes", "vanilla.yaml"),
+        *TINY,
+        "--trainer.devices=2",
+        "--trainer.callbacks.init_args.every_n_epochs=1",
+    ]
     proc = _run(cmd, tmp_path, 280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "comm_bytes" in proc.stdout and "epoch    1" in proc.stdout
@@ -85,9 +122,23 @@ def test_console_script_runs_vanilla_on_two_processes(tmp_path) -> None:
 def test_torchrun_launch(tmp_path) -> None:
     """Multi-node style launch: torchrun starts the ranks, Lightning's TorchElasticEnvironment
     picks them up (here one node with two ranks)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2",
-           "-m", "lightgraph", "fit", "--config", os.path.join(ROOT, "recipes", "vanilla.yaml"), *TINY,
-           "--trainer.devices=2", "--trainer.num_nodes=1", "--trainer.callbacks.init_args.every_n_epochs=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "-m",
+        "lightgraph",
+        "fit",
+        "--config",
+        os.path.join(ROOT, "recipes", "vanilla.yaml"),
+        *TINY,
+        "--trainer.devices=2",
+        "--trainer.num_nodes=1",
+        "--trainer.callbacks.init_args.every_n_epochs=1",
+    ]
     proc = _run(cmd, tmp_path, 280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "comm_bytes" in proc.stdout
@@ -97,15 +148,40 @@ def test_torchrun_launch(tmp_path) -> None:
 @pytest.mark.timeout(300)
 def test_slurm_style_launch(tmp_path) -> None:
     """Each rank started by the (simulated) scheduler with SLURM variables, as `srun` would."""
-    cmd = [sys.executable, "-m", "lightgraph", "fit", "--config", os.path.join(ROOT, "recipes", "vanilla.yaml"),
-           *TINY, "--trainer.devices=2", "--trainer.callbacks.init_args.every_n_epochs=1"]
-    base = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
-            "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "lightgraph", "SLURM_NODELIST": "127.0.0.1",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, **base, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)})
-             for r in range(2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightgraph",
+        "fit",
+        "--config",
+        os.path.join(ROOT, "recipes", "vanilla.yaml"),
+        *TINY,
+        "--trainer.devices=2",
+        "--trainer.callbacks.init_args.every_n_epochs=1",
+    ]
+    base = {
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "lightgraph",
+        "SLURM_NODELIST": "127.0.0.1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(29500 + os.getpid() % 1000),
+    }
+    procs = [
+        subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **base, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+        )
+        for r in range(2)
+    ]
     outs = [p.communicate(timeout=280) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     assert "comm_bytes" in outs[0][0]

@@ -25,11 +25,21 @@ class EpochSummary(Callback):
 
     def __init__(
         self,
-        keys: Sequence[str] = ("train_loss", "val_acc", "test_acc", "val_f1", "test_f1", "comm_bytes", "train_step_time"),
+        keys: Sequence[str] = (
+            "train_loss",
+            "val_acc",
+            "test_acc",
+            "val_f1",
+            "test_f1",
+            "comm_bytes",
+            "train_step_time",
+        ),
         every_n_epochs: int = 1,
     ) -> None:
         if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
-            raise ValueError(f"EpochSummary: expected `every_n_epochs` >= 1 but got {every_n_epochs!r}.")
+            raise ValueError(
+                f"EpochSummary: expected `every_n_epochs` >= 1 but got {every_n_epochs!r}."
+            )
         self.keys = list(keys)
         self.every_n_epochs = every_n_epochs
         self._start = 0.0
@@ -61,5 +71,7 @@ class EpochSummary(Callback):
         for key in self.keys:
             if key in metrics:
                 value = float(metrics[key])
-                parts.append(f"{key} {value:.0f}" if key.endswith("bytes") else f"{key} {value:.4f}")
+                parts.append(
+                    f"{key} {value:.0f}" if key.endswith("bytes") else f"{key} {value:.4f}"
+                )
         print(" | ".join(parts), file=sys.stdout, flush=True)

@@ -77,7 +77,9 @@ def ensure_edge_index(data: Data) -> Data:
     return data
 
 
-def validate_graph(data: Data, num_classes: int | None = None, multilabel: bool | None = None) -> None:
+def validate_graph(
+    data: Data, num_classes: int | None = None, multilabel: bool | None = None
+) -> None:
     """Check that ``data`` follows the :class:`GraphDataset` layout.
 
     Raises:
@@ -121,12 +123,18 @@ def validate_graph(data: Data, num_classes: int | None = None, multilabel: bool 
             f"Expected `y` to have one entry per node ({num_nodes}) but got {y.size(0)}."
         )
     if multilabel is True and y.dim() != 2:
-        raise ValueError(f"Expected a multi-label `y` of shape [num_nodes, num_classes] but got {tuple(y.shape)}.")
+        raise ValueError(
+            f"Expected a multi-label `y` of shape [num_nodes, num_classes] but got {tuple(y.shape)}."
+        )
     if multilabel is False and y.dim() != 1:
-        raise ValueError(f"Expected a single-label `y` of shape [num_nodes] but got {tuple(y.shape)}.")
+        raise ValueError(
+            f"Expected a single-label `y` of shape [num_nodes] but got {tuple(y.shape)}."
+        )
     if num_classes is not None:
         if y.dim() == 2 and y.size(1) != num_classes:
-            raise ValueError(f"Expected `y` to have {num_classes} label columns but got {y.size(1)}.")
+            raise ValueError(
+                f"Expected `y` to have {num_classes} label columns but got {y.size(1)}."
+            )
         if y.dim() == 1 and y.numel() > 0 and int(y.max()) >= num_classes:
             raise ValueError(
                 f"Expected class labels in `y` to lie in [0, {num_classes - 1}] but found {int(y.max())}."

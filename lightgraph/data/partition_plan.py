@@ -15,7 +15,6 @@ from lightgraph.data.graph_dataset import MASK_NAMES, ensure_edge_index, validat
 from lightgraph.typing import require_torch_sparse
 
 
-
 @dataclass
 class PartitionPlan:
     """Everything one rank needs to train on its partition of a graph.
@@ -136,7 +135,9 @@ class PartitionPlan:
                 (src, dst), value = self.gcn_edge_index(dtype)
             else:
                 (src, dst), value = self.edge_index, None
-            self._cache[key] = SparseTensor(row=dst, col=src, value=value, sparse_sizes=(self.num_inner, self.num_local))
+            self._cache[key] = SparseTensor(
+                row=dst, col=src, value=value, sparse_sizes=(self.num_inner, self.num_local)
+            )
         return self._cache[key]
 
     def transposed(self, adj: Tensor) -> Tensor:
@@ -184,15 +185,23 @@ class PartitionPlan:
         return build_partition_plans(data, torch.zeros(data.x.size(0), dtype=torch.long), 1)[0]
 
 
-def _to_csr(row: Tensor, col: Tensor, value: Tensor | None, num_rows: int, num_cols: int, dtype: torch.dtype) -> Tensor:
+def _to_csr(
+    row: Tensor, col: Tensor, value: Tensor | None, num_rows: int, num_cols: int, dtype: torch.dtype
+) -> Tensor:
     perm = torch.argsort(row * num_cols + col)
     row, col = row[perm], col[perm]
-    value = torch.ones(row.numel(), dtype=dtype, device=row.device) if value is None else value[perm].to(dtype)
+    value = (
+        torch.ones(row.numel(), dtype=dtype, device=row.device)
+        if value is None
+        else value[perm].to(dtype)
+    )
     crow = torch.zeros(num_rows + 1, dtype=torch.long, device=row.device)
     torch.cumsum(torch.bincount(row, minlength=num_rows), 0, out=crow[1:])
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
-        return torch.sparse_csr_tensor(crow, col, value, size=(num_rows, num_cols), check_invariants=False)
+        return torch.sparse_csr_tensor(
+            crow, col, value, size=(num_rows, num_cols), check_invariants=False
+        )
 
 
 def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list[PartitionPlan]:
@@ -259,11 +268,15 @@ def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list
         eids = edge_order[edge_start[r] : edge_start[r + 1]]
         s, d = src[eids], dst[eids]
         remote = partition[s] != r
-        halo_key = torch.unique(partition[s[remote]] * num_nodes + s[remote])  # sorted by (owner, id)
+        halo_key = torch.unique(
+            partition[s[remote]] * num_nodes + s[remote]
+        )  # sorted by (owner, id)
         halo = halo_key % num_nodes
         halos.append(halo)
         local_src = inner_pos[s].clone()
-        local_src[remote] = inner.numel() + torch.searchsorted(halo_key, partition[s[remote]] * num_nodes + s[remote])
+        local_src[remote] = inner.numel() + torch.searchsorted(
+            halo_key, partition[s[remote]] * num_nodes + s[remote]
+        )
         marginal = torch.zeros(inner.numel(), dtype=torch.bool)
         marginal[inner_pos[d[remote]]] = True
         local_ids = torch.cat([inner, halo])
@@ -295,5 +308,7 @@ def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list
             wanted = halos[q][partition[halos[q]] == r] if q != r else halos[q][:0]
             send_index.append(inner_pos[wanted])
             send_counts.append(wanted.numel())
-        plans.append(PartitionPlan(send_index=torch.cat(send_index), send_counts=send_counts, **partial[r]))
+        plans.append(
+            PartitionPlan(send_index=torch.cat(send_index), send_counts=send_counts, **partial[r])
+        )
     return plans

@@ -77,7 +77,9 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
                 f"PartitionedGraphDataModule: expected `partitioner` to be one of {PARTITION_METHODS} "
                 f"but got {partitioner!r}."
             )
-        if num_partitions is not None and (not isinstance(num_partitions, int) or num_partitions < 1):
+        if num_partitions is not None and (
+            not isinstance(num_partitions, int) or num_partitions < 1
+        ):
             raise ValueError(
                 f"PartitionedGraphDataModule: expected `num_partitions` to be a positive integer or "
                 f"None but got {num_partitions!r}."
@@ -153,7 +155,9 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
                 )
             part = self.partition
         else:
-            part = partition_graph(data.edge_index, data.num_nodes, num_parts, self.partitioner, self.seed)
+            part = partition_graph(
+                data.edge_index, data.num_nodes, num_parts, self.partitioner, self.seed
+            )
         return build_partition_plans(data, part, num_parts)
 
     # ------------------------------------------------------------------ Lightning hooks
@@ -183,7 +187,13 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
             os.replace(tmp, path)
         except OSError:  # another process finished first: keep its copy
             shutil.rmtree(tmp, ignore_errors=True)
-        log.info("Partitioned %s into %d parts in %.2f s: %s", type(self.dataset).__name__, num_parts, meta["seconds"], path)
+        log.info(
+            "Partitioned %s into %d parts in %.2f s: %s",
+            type(self.dataset).__name__,
+            num_parts,
+            meta["seconds"],
+            path,
+        )
 
     def setup(self, stage: str | None = None) -> None:
         if self.plan is not None:
@@ -197,7 +207,9 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
 
     def _loader(self) -> _OnePartition:
         if self.plan is None:
-            raise RuntimeError("PartitionedGraphDataModule: call `setup()` before requesting dataloaders.")
+            raise RuntimeError(
+                "PartitionedGraphDataModule: call `setup()` before requesting dataloaders."
+            )
         return _OnePartition(self.plan)
 
     def train_dataloader(self) -> _OnePartition:

@@ -9,4 +9,11 @@ from lightgraph.functional.halo_exchange import (
     start_exchange_rows,
 )
 
-__all__ = ["TRANSPORTS", "ExchangeStats", "PendingExchange", "exchange_rows", "halo_exchange", "start_exchange_rows"]
+__all__ = [
+    "TRANSPORTS",
+    "ExchangeStats",
+    "PendingExchange",
+    "exchange_rows",
+    "halo_exchange",
+    "start_exchange_rows",
+]

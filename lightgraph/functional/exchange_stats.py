@@ -20,23 +20,31 @@ class ExchangeStats:
     def __init__(self) -> None:
         self._bytes: dict[tuple[str, str, str, str], int] = defaultdict(int)
 
-    def record(self, stage: str, layer: str, direction: str, num_bytes: int, kind: str = "data") -> None:
+    def record(
+        self, stage: str, layer: str, direction: str, num_bytes: int, kind: str = "data"
+    ) -> None:
         if direction not in DIRECTIONS:
             raise ValueError(
                 f"ExchangeStats.record: expected `direction` in {DIRECTIONS} but got {direction!r}."
             )
         self._bytes[(stage, layer, direction, kind)] += int(num_bytes)
 
-    def total(self, stage: str | None = None, direction: str | None = None, kind: str | None = None) -> int:
+    def total(
+        self, stage: str | None = None, direction: str | None = None, kind: str | None = None
+    ) -> int:
         return sum(
             v
             for (s, _, d, k), v in self._bytes.items()
-            if (stage is None or s == stage) and (direction is None or d == direction) and (kind is None or k == kind)
+            if (stage is None or s == stage)
+            and (direction is None or d == direction)
+            and (kind is None or k == kind)
         )
 
     def by_layer(self, stage: str) -> dict[tuple[str, str, str], int]:
         """``{(layer, direction, kind): bytes}`` for one stage."""
-        return {(layer, d, k): v for (s, layer, d, k), v in sorted(self._bytes.items()) if s == stage}
+        return {
+            (layer, d, k): v for (s, layer, d, k), v in sorted(self._bytes.items()) if s == stage
+        }
 
     def reset(self, stage: str | None = None) -> None:
         if stage is None:

@@ -17,7 +17,9 @@ TRANSPORTS: tuple[str, ...] = get_args(Transport)
 
 def check_transport(transport: str, owner: str = "halo_exchange") -> str:
     if transport not in TRANSPORTS:
-        raise ValueError(f"{owner}: expected `transport` to be one of {TRANSPORTS} but got {transport!r}.")
+        raise ValueError(
+            f"{owner}: expected `transport` to be one of {TRANSPORTS} but got {transport!r}."
+        )
     return transport
 
 
@@ -81,9 +83,17 @@ def start_exchange_rows(
         ops = []
         # A pair of ranks agrees on a zero count, so both sides skip the same operations.
         if send_counts[dst] > 0:
-            ops.append(dist.P2POp(dist.isend, send[send_off[dst] : send_off[dst + 1]], _global(group, dst), group))
+            ops.append(
+                dist.P2POp(
+                    dist.isend, send[send_off[dst] : send_off[dst + 1]], _global(group, dst), group
+                )
+            )
         if recv_counts[src] > 0:
-            ops.append(dist.P2POp(dist.irecv, recv[recv_off[src] : recv_off[src + 1]], _global(group, src), group))
+            ops.append(
+                dist.P2POp(
+                    dist.irecv, recv[recv_off[src] : recv_off[src + 1]], _global(group, src), group
+                )
+            )
         if ops:
             # Rounds are completed in order, as a ring schedule prescribes.
             for work in dist.batch_isend_irecv(ops):

@@ -13,7 +13,9 @@ from torch.overrides import TorchFunctionMode
 
 class _CachedTransposeSpmm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Tensor, adj: Tensor, adj_transposed: Tensor, inv_deg: Tensor | None) -> Tensor:  # type: ignore[override]
+    def forward(
+        ctx: Any, x: Tensor, adj: Tensor, adj_transposed: Tensor, inv_deg: Tensor | None
+    ) -> Tensor:  # type: ignore[override]
         ctx.adj_transposed = adj_transposed
         ctx.inv_deg = inv_deg
         out = torch.sparse.mm(adj, x)
@@ -26,7 +28,9 @@ class _CachedTransposeSpmm(torch.autograd.Function):
         return torch.sparse.mm(ctx.adj_transposed, grad.contiguous()), None, None, None
 
 
-def cached_transpose_spmm(adj: Tensor, adj_transposed: Tensor, x: Tensor, reduce: str = "sum") -> Tensor:
+def cached_transpose_spmm(
+    adj: Tensor, adj_transposed: Tensor, x: Tensor, reduce: str = "sum"
+) -> Tensor:
     """``adj @ x`` (``reduce="sum"``) or its row mean (``reduce="mean"``) for a CSR ``adj``.
 
     The gradient with respect to ``x`` is ``adj.T @ grad``; torch builds ``adj.T`` in CSR
@@ -41,7 +45,9 @@ def cached_transpose_spmm(adj: Tensor, adj_transposed: Tensor, x: Tensor, reduce
             ``torch.sparse.mm(adj, x, "mean")``).
     """
     if reduce not in ("sum", "mean"):
-        raise ValueError(f"cached_transpose_spmm: expected `reduce` in ('sum', 'mean') but got {reduce!r}.")
+        raise ValueError(
+            f"cached_transpose_spmm: expected `reduce` in ('sum', 'mean') but got {reduce!r}."
+        )
     inv_deg = None
     if reduce == "mean":
         crow = adj.crow_indices()
@@ -54,7 +60,9 @@ class _SpmmMode(TorchFunctionMode):
         super().__init__()
         self.pairs = pairs
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func is torch.sparse.mm and args and id(args[0]) in self.pairs and not kwargs:
             adj, adj_transposed = self.pairs[id(args[0])]

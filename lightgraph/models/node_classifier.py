@@ -50,11 +50,15 @@ class NodeClassifier(pl.LightningModule):
     ) -> None:
         super().__init__()
         if not isinstance(num_classes, int) or num_classes < 2 and not multilabel:
-            raise ValueError(f"NodeClassifier: expected `num_classes` >= 2 but got {num_classes!r}.")
+            raise ValueError(
+                f"NodeClassifier: expected `num_classes` >= 2 but got {num_classes!r}."
+            )
         if lr <= 0:
             raise ValueError(f"NodeClassifier: expected `lr` > 0 but got {lr!r}.")
         if weight_decay < 0:
-            raise ValueError(f"NodeClassifier: expected `weight_decay` >= 0 but got {weight_decay!r}.")
+            raise ValueError(
+                f"NodeClassifier: expected `weight_decay` >= 0 but got {weight_decay!r}."
+            )
         self.save_hyperparameters(ignore=["model"])
         self.model = model
         self.multilabel = multilabel
@@ -89,7 +93,9 @@ class NodeClassifier(pl.LightningModule):
     def _loss_sum(self, logits: Tensor, target: Tensor) -> Tensor:
         if self.multilabel:
             # Mean over labels per node, summed over nodes.
-            return F.binary_cross_entropy_with_logits(logits, target.float(), reduction="sum") / target.size(1)
+            return F.binary_cross_entropy_with_logits(
+                logits, target.float(), reduction="sum"
+            ) / target.size(1)
         return F.cross_entropy(logits, target, reduction="sum")
 
     def _global_mean(self, loss_sum: Tensor, plan: PartitionPlan, mask_name: str) -> Tensor:
@@ -103,16 +109,37 @@ class NodeClassifier(pl.LightningModule):
         logits = self(batch, "train")
         mask = batch.train_mask
         mean = self._global_mean(self._loss_sum(logits[mask], batch.y[mask]), batch, "train_mask")
-        self.log("train_loss", mean.detach(), reduce_fx="sum", sync_dist=True, prog_bar=True, on_step=False, on_epoch=True, batch_size=1)
+        self.log(
+            "train_loss",
+            mean.detach(),
+            reduce_fx="sum",
+            sync_dist=True,
+            prog_bar=True,
+            on_step=False,
+            on_epoch=True,
+            batch_size=1,
+        )
         # DDP averages gradients over ranks; scaling by the world size turns the average
         # of the ranks' partial sums back into the gradient of the global mean.
         return mean * self.trainer.world_size
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.log("train_step_time", time.perf_counter() - self._step_start, reduce_fx="max", sync_dist=True, on_step=False, on_epoch=True, batch_size=1)
+        self.log(
+            "train_step_time",
+            time.perf_counter() - self._step_start,
+            reduce_fx="max",
+            sync_dist=True,
+            on_step=False,
+            on_epoch=True,
+            batch_size=1,
+        )
 
     def on_train_epoch_end(self) -> None:
-        exchanger = getattr(self.trainer.strategy, "exchanger", None) if self.trainer.world_size > 1 else None
+        exchanger = (
+            getattr(self.trainer.strategy, "exchanger", None)
+            if self.trainer.world_size > 1
+            else None
+        )
         if exchanger is None:
             return
         stats = exchanger.stats
@@ -120,7 +147,12 @@ class NodeClassifier(pl.LightningModule):
         self.log("comm_bytes", total, reduce_fx="sum", sync_dist=True, prog_bar=True)
         for (layer, direction, kind), value in stats.by_layer("train").items():
             suffix = "" if kind == "data" else f"_{kind}"
-            self.log(f"comm/{layer}_{direction}{suffix}_bytes", torch.tensor(float(value), dtype=torch.float64), reduce_fx="sum", sync_dist=True)
+            self.log(
+                f"comm/{layer}_{direction}{suffix}_bytes",
+                torch.tensor(float(value), dtype=torch.float64),
+                reduce_fx="sum",
+                sync_dist=True,
+            )
         stats.reset()
 
     def _evaluate(self, batch: PartitionPlan, stage: str) -> None:
@@ -146,4 +178,6 @@ class NodeClassifier(pl.LightningModule):
         return {"node": batch.global_ids[: batch.num_inner], "logits": self(batch, "predict")}
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        return torch.optim.Adam(
+            self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        )

@@ -10,4 +10,6 @@ def check_model_args(model: str, **values: float) -> None:
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{model}: expected `{name}` in [0, 1) but got {value!r}.")
         elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{model}: expected `{name}` to be a positive integer but got {value!r}.")
+            raise ValueError(
+                f"{model}: expected `{name}` to be a positive integer but got {value!r}."
+            )

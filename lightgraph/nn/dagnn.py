@@ -47,12 +47,18 @@ class DAGNN(nn.Module):
     ) -> None:
         super().__init__()
         check_model_args(
-            "DAGNN", in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout
+            "DAGNN",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            dropout=dropout,
         )
         self.lin1 = nn.Linear(in_channels, hidden_channels)
         self.lin2 = nn.Linear(hidden_channels, out_channels)
         self.props = nn.ModuleList(
-            PartitionAware(GCNPropagation(), name=f"layer{k}", normalization="gcn") for k in range(num_layers)
+            PartitionAware(GCNPropagation(), name=f"layer{k}", normalization="gcn")
+            for k in range(num_layers)
         )
         self.proj = nn.Linear(out_channels, 1)
         self.dropout = dropout

@@ -44,11 +44,17 @@ class GCN(nn.Module):
     ) -> None:
         super().__init__()
         check_model_args(
-            "GCN", in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout
+            "GCN",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            dropout=dropout,
         )
         sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.convs = nn.ModuleList(
-            PartitionAware(GCNConv(sizes[i], sizes[i + 1]), name=f"layer{i}") for i in range(num_layers)
+            PartitionAware(GCNConv(sizes[i], sizes[i + 1]), name=f"layer{i}")
+            for i in range(num_layers)
         )
         self.dropout = dropout
 

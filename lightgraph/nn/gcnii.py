@@ -50,13 +50,21 @@ class GCNII(nn.Module):
     ) -> None:
         super().__init__()
         check_model_args(
-            "GCNII", in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout, alpha=alpha
+            "GCNII",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            dropout=dropout,
+            alpha=alpha,
         )
         if theta <= 0:
             raise ValueError(f"GCNII: expected `theta` > 0 but got {theta!r}.")
         self.lin_in = nn.Linear(in_channels, hidden_channels)
         self.convs = nn.ModuleList(
-            PartitionAware(GCN2Conv(hidden_channels, alpha=alpha, theta=theta, layer=i + 1), name=f"layer{i}")
+            PartitionAware(
+                GCN2Conv(hidden_channels, alpha=alpha, theta=theta, layer=i + 1), name=f"layer{i}"
+            )
             for i in range(num_layers)
         )
         self.lin_out = nn.Linear(hidden_channels, out_channels)

@@ -48,13 +48,19 @@ class GraphSAGE(nn.Module):
     ) -> None:
         super().__init__()
         check_model_args(
-            "GraphSAGE", in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout
+            "GraphSAGE",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            dropout=dropout,
         )
         if aggr not in AGGREGATIONS:
             raise ValueError(f"GraphSAGE: expected `aggr` in {AGGREGATIONS} but got {aggr!r}.")
         sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.convs = nn.ModuleList(
-            PartitionAware(SAGEConv(sizes[i], sizes[i + 1], aggr=aggr), name=f"layer{i}") for i in range(num_layers)
+            PartitionAware(SAGEConv(sizes[i], sizes[i + 1], aggr=aggr), name=f"layer{i}")
+            for i in range(num_layers)
         )
         self.dropout = dropout
 

@@ -50,16 +50,26 @@ class JKNet(nn.Module):
     ) -> None:
         super().__init__()
         check_model_args(
-            "JKNet", in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout
+            "JKNet",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            dropout=dropout,
         )
         if mode not in JK_MODES:
             raise ValueError(f"JKNet: expected `mode` in {JK_MODES} but got {mode!r}.")
         self.convs = nn.ModuleList(
-            PartitionAware(GCNConv(in_channels if i == 0 else hidden_channels, hidden_channels), name=f"layer{i}")
+            PartitionAware(
+                GCNConv(in_channels if i == 0 else hidden_channels, hidden_channels),
+                name=f"layer{i}",
+            )
             for i in range(num_layers)
         )
         self.jk = JumpingKnowledge(mode, channels=hidden_channels, num_layers=num_layers)
-        self.lin = nn.Linear(hidden_channels * num_layers if mode == "cat" else hidden_channels, out_channels)
+        self.lin = nn.Linear(
+            hidden_channels * num_layers if mode == "cat" else hidden_channels, out_channels
+        )
         self.dropout = dropout
 
     def forward(self, x: Tensor, graph: PartitionedGraph) -> Tensor:

@@ -37,7 +37,12 @@ class MLP(nn.Module):
     ) -> None:
         super().__init__()
         check_model_args(
-            "MLP", in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout
+            "MLP",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            dropout=dropout,
         )
         sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.lins = nn.ModuleList(nn.Linear(sizes[i], sizes[i + 1]) for i in range(num_layers))

@@ -95,7 +95,9 @@ class PartitionAware(nn.Module):
                 f"which needs a halo exchange per hop; stack one-hop layers (e.g. GCNConv) instead."
             )
         if adjacency not in ADJACENCIES:
-            raise ValueError(f"PartitionAware: expected `adjacency` in {ADJACENCIES} but got {adjacency!r}.")
+            raise ValueError(
+                f"PartitionAware: expected `adjacency` in {ADJACENCIES} but got {adjacency!r}."
+            )
         if normalization not in NORMALIZATIONS:
             raise ValueError(
                 f"PartitionAware: expected `normalization` in {NORMALIZATIONS} but got {normalization!r}."
@@ -103,7 +105,11 @@ class PartitionAware(nn.Module):
         self.conv = conv
         self.name = name
         if normalization == "auto":
-            normalization = "gcn" if isinstance(conv, _GCN_NORMALIZED) and getattr(conv, "normalize", False) else "none"
+            normalization = (
+                "gcn"
+                if isinstance(conv, _GCN_NORMALIZED) and getattr(conv, "normalize", False)
+                else "none"
+            )
         if normalization == "gcn" and isinstance(conv, _GCN_NORMALIZED):
             # The layer would normalise with partition-local degrees: wrong for halo rows.
             conv.normalize = False

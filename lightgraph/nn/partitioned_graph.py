@@ -27,7 +27,9 @@ class PartitionedGraph:
         stage: label under which exchanged bytes are counted (``"train"``, ``"val"``, ...).
     """
 
-    def __init__(self, plan: PartitionPlan, exchanger: ExchangeFn | None = None, stage: str = "train") -> None:
+    def __init__(
+        self, plan: PartitionPlan, exchanger: ExchangeFn | None = None, stage: str = "train"
+    ) -> None:
         if exchanger is None and plan.num_parts > 1:
             raise ValueError(
                 f"PartitionedGraph: partition {plan.rank} of {plan.num_parts} needs an `exchanger` "

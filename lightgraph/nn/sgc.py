@@ -35,13 +35,22 @@ class SGC(nn.Module):
         - **output:** ``[num_inner, out_channels]``
     """
 
-    def __init__(self, in_channels: int, out_channels: int, num_layers: int = 2, dropout: float = 0.0) -> None:
+    def __init__(
+        self, in_channels: int, out_channels: int, num_layers: int = 2, dropout: float = 0.0
+    ) -> None:
         super().__init__()
-        check_model_args("SGC", in_channels=in_channels, out_channels=out_channels, num_layers=num_layers, dropout=dropout)
+        check_model_args(
+            "SGC",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            num_layers=num_layers,
+            dropout=dropout,
+        )
         self.lin = nn.Linear(in_channels, out_channels, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_channels))
         self.props = nn.ModuleList(
-            PartitionAware(GCNPropagation(), name=f"layer{k}", normalization="gcn") for k in range(num_layers)
+            PartitionAware(GCNPropagation(), name=f"layer{k}", normalization="gcn")
+            for k in range(num_layers)
         )
         self.dropout = dropout
 

@@ -84,7 +84,9 @@ class BoundaryExchangeStrategy(DDPStrategy):
         super().setup_distributed()
         # A dedicated group: exchanges in forward/backward and DDP's asynchronous gradient
         # all-reduce never share a queue, so their order cannot diverge across ranks.
-        self._exchange_group = dist.new_group(backend=self._get_process_group_backend(), timeout=self._timeout)
+        self._exchange_group = dist.new_group(
+            backend=self._get_process_group_backend(), timeout=self._timeout
+        )
         self._exchanger = HaloExchanger(group=self._exchange_group, transport=self.transport)
         log.debug("%s: exchange group ready (transport=%s)", type(self).__name__, self.transport)
 

@@ -22,12 +22,16 @@ class HaloExchanger:
             ``"ring"`` (``P - 1`` rounds of paired send/recv).
     """
 
-    def __init__(self, group: dist.ProcessGroup | None = None, transport: str = "all_to_all") -> None:
+    def __init__(
+        self, group: dist.ProcessGroup | None = None, transport: str = "all_to_all"
+    ) -> None:
         self.group = group
         self.transport = check_transport(transport, "HaloExchanger")
         self.stats = ExchangeStats()
 
-    def __call__(self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer") -> Tensor:
+    def __call__(
+        self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
+    ) -> Tensor:
         return halo_exchange(
             x,
             plan.send_index,

@@ -19,10 +19,22 @@ def test_validate_accepts_a_good_graph() -> None:
     "mutate,kwargs,match",
     [
         (lambda d: setattr(d, "x", d.x.long()), {}, "`x` to be a 2-D floating point tensor"),
-        (lambda d: setattr(d, "edge_index", d.edge_index.float()), {}, "`edge_index` to be a torch.long tensor"),
-        (lambda d: setattr(d, "edge_index", d.edge_index - 1), {}, "`edge_index` to lie in \\[0, 59\\].*\\[-1,"),
+        (
+            lambda d: setattr(d, "edge_index", d.edge_index.float()),
+            {},
+            "`edge_index` to be a torch.long tensor",
+        ),
+        (
+            lambda d: setattr(d, "edge_index", d.edge_index - 1),
+            {},
+            "`edge_index` to lie in \\[0, 59\\].*\\[-1,",
+        ),
         (lambda d: setattr(d, "test_mask", None), {}, "has no `test_mask`"),
-        (lambda d: setattr(d, "num_nodes", 70), {}, "`x` to have one row per node \\(num_nodes = 70\\) but got 60"),
+        (
+            lambda d: setattr(d, "num_nodes", 70),
+            {},
+            "`x` to have one row per node \\(num_nodes = 70\\) but got 60",
+        ),
         (lambda d: None, {"num_classes": 2}, "class labels in `y` to lie in \\[0, 1\\]"),
         (lambda d: None, {"multilabel": True}, "multi-label `y` of shape"),
     ],
@@ -40,7 +52,11 @@ def test_torch_sparse_adj_t_input_is_accepted() -> None:
     as_sparse = data.clone()
     del as_sparse.edge_index
     n = data.x.size(0)
-    dense = torch.zeros(n, n).index_put_((data.edge_index[1], data.edge_index[0]), torch.ones(data.edge_index.size(1)), accumulate=True)
+    dense = torch.zeros(n, n).index_put_(
+        (data.edge_index[1], data.edge_index[0]),
+        torch.ones(data.edge_index.size(1)),
+        accumulate=True,
+    )
     as_sparse.adj_t = dense.to_sparse_csr()  # rows = destinations, as PyG's ToSparseTensor
     converted = ensure_edge_index(as_sparse)
     key = lambda ei: (ei[0] * n + ei[1]).unique()  # noqa: E731  (duplicates coalesce in a sparse matrix)

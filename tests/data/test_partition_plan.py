@@ -35,7 +35,9 @@ def test_send_lists_match_peer_halos(num_parts: int) -> None:
         for q, peer in enumerate(plans):
             sent = p.global_ids[p.send_index[offsets[q] : offsets[q + 1]]]
             recv_off = torch.tensor([0] + peer.halo_counts).cumsum(0)
-            expected = peer.global_ids[peer.num_inner + recv_off[r] : peer.num_inner + recv_off[r + 1]]
+            expected = peer.global_ids[
+                peer.num_inner + recv_off[r] : peer.num_inner + recv_off[r + 1]
+            ]
             assert torch.equal(sent, expected)
 
 
@@ -79,7 +81,9 @@ def test_gcn_views_agree() -> None:
     data, part = tricky_graph(2)
     plan = build_partition_plans(data, part, 2)[0]
     (src, dst), w = plan.gcn_edge_index(torch.float64)
-    dense = torch.zeros(plan.num_inner, plan.num_local, dtype=torch.float64).index_put_((dst, src), w, accumulate=True)
+    dense = torch.zeros(plan.num_inner, plan.num_local, dtype=torch.float64).index_put_(
+        (dst, src), w, accumulate=True
+    )
     torch.testing.assert_close(plan.gcn_adj_t(torch.float64).to_dense(), dense)
     assert torch.equal(plan.transposed(plan.adj_t()).to_dense(), plan.adj_t().to_dense().t())
 
@@ -90,10 +94,19 @@ def test_gcn_views_agree() -> None:
         (lambda d, p: (d, p[:-1]), "`partition` to be an integer tensor of shape \\[60\\]"),
         (lambda d, p: (d, p + 5), "`partition` values in \\[0, 1\\]"),
         (lambda d, p: (d, torch.zeros_like(p)), "partitions \\[1\\] are empty"),
-        (lambda d, p: (d.update({"edge_index": d.edge_index + 100}) or d, p), "`edge_index` to lie in \\[0, 59\\]"),
+        (
+            lambda d, p: (d.update({"edge_index": d.edge_index + 100}) or d, p),
+            "`edge_index` to lie in \\[0, 59\\]",
+        ),
         (lambda d, p: (d.update({"train_mask": None}) or d, p), "has no `train_mask`"),
-        (lambda d, p: (d.update({"y": d.y[:10]}) or d, p), "`y` to have one entry per node \\(60\\) but got 10"),
-        (lambda d, p: (d.update({"val_mask": d.val_mask[:5]}) or d, p), "`val_mask` to be a boolean tensor of shape \\[60\\]"),
+        (
+            lambda d, p: (d.update({"y": d.y[:10]}) or d, p),
+            "`y` to have one entry per node \\(60\\) but got 10",
+        ),
+        (
+            lambda d, p: (d.update({"val_mask": d.val_mask[:5]}) or d, p),
+            "`val_mask` to be a boolean tensor of shape \\[60\\]",
+        ),
     ],
 )
 def test_bad_input(mutate, match) -> None:

@@ -35,13 +35,18 @@ def test_metis_on_graph_without_edges_fills_every_part() -> None:
 
 
 def test_single_part() -> None:
-    assert torch.equal(partition_graph(torch.tensor([[0], [1]]), 2, 1), torch.zeros(2, dtype=torch.long))
+    assert torch.equal(
+        partition_graph(torch.tensor([[0], [1]]), 2, 1), torch.zeros(2, dtype=torch.long)
+    )
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"method": "spectral"}, "`method` to be one of \\('metis', 'random'\\) but got 'spectral'"),
+        (
+            {"method": "spectral"},
+            "`method` to be one of \\('metis', 'random'\\) but got 'spectral'",
+        ),
         ({"num_parts": 0}, "`num_parts` >= 1 but got 0"),
         ({"num_parts": 11}, "`num_parts` <= num_nodes \\(10\\).*got num_parts=11"),
     ],

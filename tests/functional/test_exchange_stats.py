@@ -26,5 +26,7 @@ def test_totals_and_reset() -> None:
 
 
 def test_bad_direction() -> None:
-    with pytest.raises(ValueError, match="`direction` in \\('forward', 'backward'\\) but got 'sideways'"):
+    with pytest.raises(
+        ValueError, match="`direction` in \\('forward', 'backward'\\) but got 'sideways'"
+    ):
         ExchangeStats().record("train", "l", "sideways", 1)

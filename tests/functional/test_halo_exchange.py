@@ -21,10 +21,17 @@ def _exchange(rank: int, world: int, transport: str) -> dict:
     x = (torch.arange(5 * 3, dtype=torch.float64).view(5, 3) + 100 * rank).requires_grad_()
     send_index, send_counts, recv_counts = _plan(rank, world)
     stats = ExchangeStats()
-    out = halo_exchange(x, send_index, send_counts, recv_counts, transport=transport, stats=stats, layer="l0")
+    out = halo_exchange(
+        x, send_index, send_counts, recv_counts, transport=transport, stats=stats, layer="l0"
+    )
     weights = torch.arange(out.numel(), dtype=torch.float64).view_as(out) + 1000 * rank
     (out * weights).sum().backward()
-    raw = exchange_rows(torch.full((sum(send_counts), 2), float(rank)), send_counts, recv_counts, transport=transport)
+    raw = exchange_rows(
+        torch.full((sum(send_counts), 2), float(rank)),
+        send_counts,
+        recv_counts,
+        transport=transport,
+    )
     return {"out": out.detach(), "grad": x.grad, "stats": stats.by_layer("train"), "raw": raw}
 
 
@@ -50,14 +57,23 @@ def test_ring_equals_all_to_all_and_gradients_accumulate(world: int) -> None:
             # rows r sent to q appear in q's output after q's inner rows, in rank order
             offset = 5 + sum(plans[q][2][:r])
             count = plans[r][1][q]
-            w_q = torch.arange(a2a[q]["out"].numel(), dtype=torch.float64).view_as(a2a[q]["out"]) + 1000 * q
+            w_q = (
+                torch.arange(a2a[q]["out"].numel(), dtype=torch.float64).view_as(a2a[q]["out"])
+                + 1000 * q
+            )
             expected[:count] += w_q[offset : offset + count]
         torch.testing.assert_close(a2a[r]["grad"], expected)
         # exact bytes: float64 rows of width 3, forward sends, backward returns halo rows
         sent = sum(plans[r][1]) * 3 * 8
         returned = sum(plans[r][2]) * 3 * 8
-        assert a2a[r]["stats"] == {("l0", "forward", "data"): sent, ("l0", "backward", "data"): returned}
-        assert torch.equal(a2a[r]["raw"], torch.cat([torch.full((plans[r][2][q], 2), float(q)) for q in range(world)]))
+        assert a2a[r]["stats"] == {
+            ("l0", "forward", "data"): sent,
+            ("l0", "backward", "data"): returned,
+        }
+        assert torch.equal(
+            a2a[r]["raw"],
+            torch.cat([torch.full((plans[r][2][q], 2), float(q)) for q in range(world)]),
+        )
 
 
 def test_single_process_is_identity_and_halos_need_a_group() -> None:
@@ -68,8 +84,12 @@ def test_single_process_is_identity_and_halos_need_a_group() -> None:
 
 
 def test_unknown_transport() -> None:
-    with pytest.raises(ValueError, match="`transport` to be one of \\('all_to_all', 'ring'\\) but got 'smoke'"):
-        halo_exchange(torch.randn(2, 2), torch.empty(0, dtype=torch.long), [0], [0], transport="smoke")
+    with pytest.raises(
+        ValueError, match="`transport` to be one of \\('all_to_all', 'ring'\\) but got 'smoke'"
+    ):
+        halo_exchange(
+            torch.randn(2, 2), torch.empty(0, dtype=torch.long), [0], [0], transport="smoke"
+        )
 
 
 def _mismatch(rank: int, world: int) -> str:

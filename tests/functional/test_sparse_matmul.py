@@ -6,7 +6,9 @@ from lightgraph.functional.sparse_matmul import cached_transpose_spmm, spmm_with
 
 def _csr(seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
-    dense = (torch.rand(7, 9, generator=gen) < 0.3).double() * torch.rand(7, 9, generator=gen, dtype=torch.float64)
+    dense = (torch.rand(7, 9, generator=gen) < 0.3).double() * torch.rand(
+        7, 9, generator=gen, dtype=torch.float64
+    )
     dense[3] = 0  # an empty row
     return dense, dense.to_sparse_csr()
 

@@ -11,7 +11,17 @@ from torch_geometric.nn import GATConv, GCNConv, SAGEConv, SGConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from lightgraph.data import PartitionPlan, build_partition_plans
-from lightgraph.nn import DAGNN, GAT, GCN, GCNII, SGC, GraphSAGE, JKNet, PartitionAware, PartitionedGraph
+from lightgraph.nn import (
+    DAGNN,
+    GAT,
+    GCN,
+    GCNII,
+    SGC,
+    GraphSAGE,
+    JKNet,
+    PartitionAware,
+    PartitionedGraph,
+)
 from lightgraph.strategies.halo_exchanger import HaloExchanger
 from tests.distributed_helpers import run_distributed
 from tests.graphs import tricky_graph
@@ -34,11 +44,15 @@ def make_models() -> dict[str, torch.nn.Module]:
 
 
 def loss_weights(num_nodes: int) -> torch.Tensor:
-    return torch.randn(num_nodes, C, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    return torch.randn(
+        num_nodes, C, generator=torch.Generator().manual_seed(7), dtype=torch.float64
+    )
 
 
 # ---------------------------------------------------------------- independent references
-def ref_forward(name: str, model: torch.nn.Module, x: torch.Tensor, ei: torch.Tensor) -> torch.Tensor:
+def ref_forward(
+    name: str, model: torch.nn.Module, x: torch.Tensor, ei: torch.Tensor
+) -> torch.Tensor:
     """Whole-graph forward with PyG's own layers (and their own degree normalisation)."""
     if name in ("gcn", "sage", "gat"):
         for i, wrapped in enumerate(model.convs):
@@ -64,7 +78,9 @@ def ref_forward(name: str, model: torch.nn.Module, x: torch.Tensor, ei: torch.Te
         return model.lin(model.jk(hs))
     n = x.size(0)
     (row, col), w = gcn_norm(ei, None, n, add_self_loops=True, dtype=x.dtype)
-    a_hat = torch.zeros(n, n, dtype=x.dtype).index_put_((col, row), w, accumulate=True)  # dense, tiny
+    a_hat = torch.zeros(n, n, dtype=x.dtype).index_put_(
+        (col, row), w, accumulate=True
+    )  # dense, tiny
     if name == "dagnn":
         z = model.lin2(model.lin1(x).relu())
         hops = [z]
@@ -118,7 +134,9 @@ def test_partitioned_equals_single_process_pyg(world: int, transport: str) -> No
         torch.testing.assert_close(y, y_ref, atol=1e-10, rtol=0, msg=f"{name}: forward differs")
         for key, g_ref in _grads(ref).items():
             g = results[0][name]["grads"][key]
-            torch.testing.assert_close(g, g_ref, atol=1e-10, rtol=0, msg=f"{name}: grad of {key} differs")
+            torch.testing.assert_close(
+                g, g_ref, atol=1e-10, rtol=0, msg=f"{name}: grad of {key} differs"
+            )
             for r in results[1:]:  # every rank holds the same reduced gradient
                 torch.testing.assert_close(r[name]["grads"][key], g)
     assert sum(r["bytes"] for r in results) > 0
@@ -179,7 +197,10 @@ def test_wrong_row_count_is_rejected() -> None:
         PartitionAware(GCNConv(F_IN, 2).double())(data.x[:-1], graph)
 
 
-@pytest.mark.skipif(not __import__("lightgraph.typing").typing.WITH_TORCH_SPARSE, reason="optional torch-sparse not installed")
+@pytest.mark.skipif(
+    not __import__("lightgraph.typing").typing.WITH_TORCH_SPARSE,
+    reason="optional torch-sparse not installed",
+)
 def test_sparse_tensor_path_agrees() -> None:
     data, _ = tricky_graph(1)
     graph = PartitionedGraph(PartitionPlan.from_data(data))

@@ -23,7 +23,11 @@ def tiny_dataset() -> SyntheticGraph:
 def make_module() -> NodeClassifier:
     torch.manual_seed(0)
     ds = tiny_dataset()
-    return NodeClassifier(GCN(ds.num_features, ds.num_classes, hidden_channels=16, num_layers=2, dropout=0.0), ds.num_classes, lr=0.02)
+    return NodeClassifier(
+        GCN(ds.num_features, ds.num_classes, hidden_channels=16, num_layers=2, dropout=0.0),
+        ds.num_classes,
+        lr=0.02,
+    )
 
 
 def make_trainer(tmp_path, devices: int, max_epochs: int, **kwargs) -> pl.Trainer:
@@ -44,7 +48,9 @@ def make_trainer(tmp_path, devices: int, max_epochs: int, **kwargs) -> pl.Traine
 
 def fit(tmp_path, devices: int, max_epochs: int, **kwargs) -> tuple[pl.Trainer, NodeClassifier]:
     module = make_module()
-    dm = PartitionedGraphDataModule(tiny_dataset(), partitioner="metis", cache_dir=str(tmp_path / "cache"))
+    dm = PartitionedGraphDataModule(
+        tiny_dataset(), partitioner="metis", cache_dir=str(tmp_path / "cache")
+    )
     trainer = make_trainer(tmp_path, devices, max_epochs, enable_checkpointing=False, **kwargs)
     trainer.fit(module, dm)
     return trainer, module
@@ -56,12 +62,18 @@ def test_two_processes_match_one_process(tmp_path) -> None:
     single, single_module = fit(tmp_path / "single", devices=1, max_epochs=15)
     multi, multi_module = fit(tmp_path / "multi", devices=2, max_epochs=15)
     # Same weights, same (global) loss and gradients: the runs agree up to float rounding.
-    for (name, p1), p2 in zip(single_module.named_parameters(), multi_module.parameters()):
+    for (name, p1), p2 in zip(
+        single_module.named_parameters(), multi_module.parameters(), strict=True
+    ):
         torch.testing.assert_close(p2, p1, atol=1e-4, rtol=1e-4, msg=f"parameter {name} differs")
     for key in ("train_loss", "val_loss"):
-        torch.testing.assert_close(multi.callback_metrics[key], single.callback_metrics[key], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            multi.callback_metrics[key], single.callback_metrics[key], atol=1e-4, rtol=1e-4
+        )
     for key in ("val_acc", "test_acc"):
-        assert float(multi.callback_metrics[key]) == pytest.approx(float(single.callback_metrics[key]), abs=1e-6)
+        assert float(multi.callback_metrics[key]) == pytest.approx(
+            float(single.callback_metrics[key]), abs=1e-6
+        )
     assert float(single.callback_metrics["test_acc"]) > 0.5  # it learned something
     assert float(multi.callback_metrics["comm_bytes"]) > 0
     assert "comm_bytes" not in single.callback_metrics
@@ -75,7 +87,9 @@ def test_checkpoint_resume_continues_training(tmp_path) -> None:
     ckpt_dir = tmp_path / "ckpt"
     module = make_module()
     dm = PartitionedGraphDataModule(tiny_dataset(), cache_dir=str(tmp_path / "cache"))
-    first = make_trainer(tmp_path, 2, 3, callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True)])
+    first = make_trainer(
+        tmp_path, 2, 3, callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_last=True)]
+    )
     first.fit(module, dm)
     last = os.path.join(ckpt_dir, "last.ckpt")
     assert os.path.exists(last)
@@ -86,14 +100,20 @@ def test_checkpoint_resume_continues_training(tmp_path) -> None:
     second = make_trainer(tmp_path, 2, 6, enable_checkpointing=False)
     second.fit(resumed_module, dm, ckpt_path=last)
     saved = torch.load(last, weights_only=False)["state_dict"]
-    assert not torch.allclose(resumed_module.model.convs[0].conv.lin.weight, saved["model.convs.0.conv.lin.weight"])
+    assert not torch.allclose(
+        resumed_module.model.convs[0].conv.lin.weight, saved["model.convs.0.conv.lin.weight"]
+    )
     # Weights and Adam state were restored: 3 + 3 epochs equal 6 uninterrupted epochs.
-    for p_ref, p in zip(ref_module.parameters(), resumed_module.parameters()):
+    for p_ref, p in zip(ref_module.parameters(), resumed_module.parameters(), strict=True):
         torch.testing.assert_close(p, p_ref, atol=1e-5, rtol=1e-5)
 
 
 def test_registered_names() -> None:
-    for name, method in (("boundary_exchange", "popen"), ("boundary_exchange_spawn", "spawn"), ("boundary_exchange_fork", "fork")):
+    for name, method in (
+        ("boundary_exchange", "popen"),
+        ("boundary_exchange_spawn", "spawn"),
+        ("boundary_exchange_fork", "fork"),
+    ):
         assert name in StrategyRegistry
         strategy = StrategyRegistry.get(name)
         assert isinstance(strategy, BoundaryExchangeStrategy)
@@ -103,7 +123,10 @@ def test_registered_names() -> None:
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"transport": "carrier_pigeon"}, "`transport` to be one of \\('all_to_all', 'ring'\\) but got 'carrier_pigeon'"),
+        (
+            {"transport": "carrier_pigeon"},
+            "`transport` to be one of \\('all_to_all', 'ring'\\) but got 'carrier_pigeon'",
+        ),
         ({"start_method": "teleport"}, "`start_method` in"),
     ],
 )
@@ -114,7 +137,7 @@ def test_bad_arguments(kwargs, match) -> None:
 
 def test_exchanger_before_setup_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="once the Trainer has set up"):
-        BoundaryExchangeStrategy().exchanger
+        _ = BoundaryExchangeStrategy().exchanger
 
 
 @pytest.mark.multiprocess
@@ -122,7 +145,15 @@ def test_exchanger_before_setup_is_a_clear_error() -> None:
 def test_partitioned_data_with_plain_ddp_is_rejected(tmp_path) -> None:
     module = make_module()
     dm = PartitionedGraphDataModule(tiny_dataset(), cache_dir=str(tmp_path / "cache"))
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
-                         enable_progress_bar=False, enable_checkpointing=False, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_fork",
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+    )
     with pytest.raises(Exception, match="needs an `exchanger`"):
         trainer.fit(module, dm)
