@@ -4,6 +4,7 @@ from lightgraph.data.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partitioned_data_module import PartitionedGraphDataModule
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.data.real_dataset import REAL_DATASETS, RealDataset
 from lightgraph.data.synthetic_graph import SyntheticGraph, generate_synthetic_graph
 
 __all__ = [
@@ -11,6 +12,8 @@ __all__ = [
     "GraphDataset",
     "PartitionPlan",
     "PartitionedGraphDataModule",
+    "REAL_DATASETS",
+    "RealDataset",
     "SyntheticGraph",
     "build_partition_plans",
     "generate_synthetic_graph",

@@ -30,6 +30,7 @@ arguments always produce bit-identical tensors and the global random state is un
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Integral, Real
 
 import torch
@@ -76,63 +77,69 @@ def default_num_communities(num_nodes: int, avg_degree: float, num_classes: int)
 
 def _validate(
     owner: str,
-    num_nodes: object,
-    avg_degree: object,
-    num_classes: object,
-    num_features: object,
-    num_communities: object,
-    homophily: object,
-    power_law_exponent: object,
-    feature_noise: object,
-    multilabel: object,
-    train_ratio: object,
-    val_ratio: object,
-    seed: object,
+    num_nodes: int,
+    avg_degree: float,
+    num_classes: int,
+    num_features: int,
+    num_communities: int | None,
+    homophily: float,
+    power_law_exponent: float,
+    feature_noise: float,
+    multilabel: bool,
+    train_ratio: float,
+    val_ratio: float,
+    seed: int,
 ) -> int:
     """Check every generator argument; returns the resolved number of communities."""
 
     def fail(name: str, allowed: str, value: object) -> ValueError:
         return ValueError(f"{owner}: expected `{name}` {allowed} but got {value!r}")
 
-    if not _is_int(num_nodes) or num_nodes < _MIN_NODES:  # type: ignore[operator]
+    if not _is_int(num_nodes) or num_nodes < _MIN_NODES:
         raise fail("num_nodes", f"to be an integer >= {_MIN_NODES}", num_nodes)
-    n = int(num_nodes)  # type: ignore[arg-type]
-    if not _is_int(num_classes) or num_classes < 2:  # type: ignore[operator]
+    n = int(num_nodes)
+    if not _is_int(num_classes) or num_classes < 2:
         raise fail("num_classes", "to be an integer >= 2", num_classes)
-    if num_classes > n:  # type: ignore[operator]
+    if num_classes > n:
         raise fail("num_classes", f"to be <= num_nodes ({n})", num_classes)
     max_degree = (n - 1) / 2
-    if not _is_real(avg_degree) or not 0 < avg_degree <= max_degree:  # type: ignore[operator]
-        raise fail("avg_degree", f"in (0, {max_degree:g}] (at most (num_nodes - 1) / 2)", avg_degree)
-    if not _is_int(num_features) or num_features < 1:  # type: ignore[operator]
+    if not _is_real(avg_degree) or not 0 < avg_degree <= max_degree:
+        raise fail(
+            "avg_degree", f"in (0, {max_degree:g}] (at most (num_nodes - 1) / 2)", avg_degree
+        )
+    if not _is_int(num_features) or num_features < 1:
         raise fail("num_features", "to be an integer >= 1", num_features)
     if num_communities is not None and (
-        not _is_int(num_communities) or not num_classes <= num_communities <= n  # type: ignore[operator]
+        not _is_int(num_communities) or not num_classes <= num_communities <= n
     ):
         raise fail(
             "num_communities",
             f"to be None or an integer in [num_classes, num_nodes] = [{num_classes}, {n}]",
             num_communities,
         )
-    if not _is_real(homophily) or not 0.0 <= homophily <= 1.0:  # type: ignore[operator]
+    if not _is_real(homophily) or not 0.0 <= homophily <= 1.0:
         raise fail("homophily", "in [0, 1]", homophily)
-    if not _is_real(power_law_exponent) or not power_law_exponent > 2.0:  # type: ignore[operator]
-        raise fail("power_law_exponent", "to be a finite number > 2 (finite mean degree)", power_law_exponent)
-    if not _is_real(feature_noise) or not feature_noise >= 0.0:  # type: ignore[operator]
+    if not _is_real(power_law_exponent) or not power_law_exponent > 2.0:
+        raise fail(
+            "power_law_exponent",
+            "to be a finite number > 2 (finite mean degree)",
+            power_law_exponent,
+        )
+    if not _is_real(feature_noise) or not feature_noise >= 0.0:
         raise fail("feature_noise", "to be a finite number >= 0", feature_noise)
     if not isinstance(multilabel, bool):
         raise fail("multilabel", "to be a bool (True or False)", multilabel)
-    if not _is_real(train_ratio) or not 0.0 < train_ratio < 1.0:  # type: ignore[operator]
+    if not _is_real(train_ratio) or not 0.0 < train_ratio < 1.0:
         raise fail("train_ratio", "in (0, 1)", train_ratio)
-    if not _is_real(val_ratio) or not 0.0 <= val_ratio < 1.0:  # type: ignore[operator]
+    if not _is_real(val_ratio) or not 0.0 <= val_ratio < 1.0:
         raise fail("val_ratio", "in [0, 1)", val_ratio)
-    if train_ratio + val_ratio > 1.0:  # type: ignore[operator]
-        raise fail("val_ratio", f"in [0, 1 - train_ratio] = [0, {1.0 - train_ratio:g}]", val_ratio)  # type: ignore[operator]
-    if not _is_int(seed) or not 0 <= seed < 2**63:  # type: ignore[operator]
+    if train_ratio + val_ratio > 1.0:
+        raise fail("val_ratio", f"in [0, 1 - train_ratio] = [0, {1.0 - train_ratio:g}]", val_ratio)
+    if not _is_int(seed) or not 0 <= seed < 2**63:
         raise fail("seed", "to be an integer in [0, 2**63)", seed)
     if num_communities is None:
-        return default_num_communities(n, float(avg_degree), int(num_classes))  # type: ignore[arg-type]
-    return int(num_communities)  # type: ignore[arg-type]
+        return default_num_communities(n, float(avg_degree), int(num_classes))
+    return int(num_communities)
 
 
 class _EdgeSampler:
@@ -168,7 +175,10 @@ class _EdgeSampler:
 
     def intra(self, count: int, gen: torch.Generator) -> Tensor:
         src, comm = self._sources(count, gen)
-        u = self.comm_start[comm] + torch.rand(count, generator=gen, dtype=torch.float64) * self.comm_weight[comm]
+        u = (
+            self.comm_start[comm]
+            + torch.rand(count, generator=gen, dtype=torch.float64) * self.comm_weight[comm]
+        )
         pos = torch.minimum(torch.maximum(self._lookup(u), self.start[comm]), self.last[comm])
         dst = self.order[pos]
         return self._keys(src, dst, (src != dst) & (self.community[dst] == comm))
@@ -186,7 +196,9 @@ class _EdgeSampler:
         return torch.minimum(src, dst) * self.num_nodes + torch.maximum(src, dst)
 
 
-def _fill_pool(draw, target: int, gen: torch.Generator) -> Tensor:  # noqa: ANN001
+def _fill_pool(
+    draw: Callable[[int, torch.Generator], Tensor], target: int, gen: torch.Generator
+) -> Tensor:
     """Distinct undirected pair keys from ``draw(count, gen)``, at most ``target`` of them."""
     keys = torch.empty(0, dtype=torch.long)
     if target <= 0:
@@ -227,7 +239,11 @@ def _split_masks(
     num_train = max(1, round(train_ratio * num_nodes))
     num_val = min(round(val_ratio * num_nodes), num_nodes - num_train)
     masks = []
-    for lo, hi in ((0, num_train), (num_train, num_train + num_val), (num_train + num_val, num_nodes)):
+    for lo, hi in (
+        (0, num_train),
+        (num_train, num_train + num_val),
+        (num_train + num_val, num_nodes),
+    ):
         mask = torch.zeros(num_nodes, dtype=torch.bool)
         mask[perm[lo:hi]] = True
         masks.append(mask)
@@ -278,8 +294,19 @@ def generate_synthetic_graph(
         ValueError: if an argument is out of range (the message names it).
     """
     k = _validate(
-        "SyntheticGraph", num_nodes, avg_degree, num_classes, num_features, num_communities,
-        homophily, power_law_exponent, feature_noise, multilabel, train_ratio, val_ratio, seed,
+        "SyntheticGraph",
+        num_nodes,
+        avg_degree,
+        num_classes,
+        num_features,
+        num_communities,
+        homophily,
+        power_law_exponent,
+        feature_noise,
+        multilabel,
+        train_ratio,
+        val_ratio,
+        seed,
     )
     n, d = int(num_nodes), float(avg_degree)
     gen = torch.Generator().manual_seed(int(seed))
@@ -352,8 +379,8 @@ class SyntheticGraph(GraphDataset):
         feature_noise: standard deviation of the Gaussian noise added to the unit-norm
             class centroids (>= 0); the default is calibrated so that features alone are
             clearly insufficient.
-        multilabel: if ``True``, every node gets a small set of labels (about 2-3) drawn
-            around its community's prototype set, as in Yelp or AmazonProducts; ``y`` is a
+        multilabel: if ``True``, every node gets a small set of labels (2.3 expected)
+            drawn around its community's prototype set, as in Yelp or AmazonProducts; ``y`` is a
             float 0/1 matrix and features are the sum of the label centroids plus noise.
         train_ratio: fraction of nodes in ``train_mask``, in ``(0, 1)``.
         val_ratio: fraction of nodes in ``val_mask``, in ``[0, 1 - train_ratio]``; the
@@ -382,8 +409,19 @@ class SyntheticGraph(GraphDataset):
         seed: int = 0,
     ) -> None:
         _validate(
-            "SyntheticGraph", num_nodes, avg_degree, num_classes, num_features, num_communities,
-            homophily, power_law_exponent, feature_noise, multilabel, train_ratio, val_ratio, seed,
+            "SyntheticGraph",
+            num_nodes,
+            avg_degree,
+            num_classes,
+            num_features,
+            num_communities,
+            homophily,
+            power_law_exponent,
+            feature_noise,
+            multilabel,
+            train_ratio,
+            val_ratio,
+            seed,
         )
         self.num_nodes = int(num_nodes)
         self.avg_degree = float(avg_degree)
@@ -432,7 +470,20 @@ class SyntheticGraph(GraphDataset):
 
     def load(self) -> Data:
         """Generate the graph (deterministic for the configured ``seed``)."""
-        return generate_synthetic_graph(**self.config())  # type: ignore[arg-type]
+        return generate_synthetic_graph(
+            num_nodes=self.num_nodes,
+            avg_degree=self.avg_degree,
+            num_classes=self._num_classes,
+            num_features=self._num_features,
+            num_communities=self.num_communities,
+            homophily=self.homophily,
+            power_law_exponent=self.power_law_exponent,
+            feature_noise=self.feature_noise,
+            multilabel=self._multilabel,
+            train_ratio=self.train_ratio,
+            val_ratio=self.val_ratio,
+            seed=self.seed,
+        )
 
     def fingerprint(self) -> str:
         """E.g. ``SyntheticGraph(v1,num_nodes=20000,avg_degree=20.0,...,seed=0)``.

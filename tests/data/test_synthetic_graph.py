@@ -99,7 +99,9 @@ def test_tail_exponent_matches(exponent: float) -> None:
 
 def test_tail_exponent_orders_graphs() -> None:
     estimates = [
-        _hill_exponent(_degrees(generate_synthetic_graph(num_nodes=10000, power_law_exponent=g)), 40)
+        _hill_exponent(
+            _degrees(generate_synthetic_graph(num_nodes=10000, power_law_exponent=g)), 40
+        )
         for g in (2.2, 3.5)
     ]
     assert estimates[0] + 0.5 < estimates[1]
@@ -118,7 +120,9 @@ def test_labels_follow_communities(default_graph: Data) -> None:
     assert int(default_graph.community.max()) + 1 == 32  # default 4 * num_classes
     row, col = default_graph.edge_index
     agreement = (default_graph.y[row] == default_graph.y[col]).double().mean().item()
-    chance = (torch.bincount(default_graph.y).double() / default_graph.num_nodes).pow(2).sum().item()
+    chance = (
+        (torch.bincount(default_graph.y).double() / default_graph.num_nodes).pow(2).sum().item()
+    )
     assert agreement >= 0.8
     assert chance < 0.2
 

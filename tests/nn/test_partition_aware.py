@@ -209,3 +209,14 @@ def test_sparse_tensor_path_agrees() -> None:
         ref = copy.deepcopy(conv)
         y = PartitionAware(conv, adjacency="sparse_tensor")(data.x, graph)
         torch.testing.assert_close(y, ref(data.x, data.edge_index), atol=1e-12, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu() -> None:
+    data, _ = tricky_graph(1)
+    plan = PartitionPlan.from_data(data)
+    for name, model in make_models().items():
+        ref = model(plan.x, PartitionedGraph(plan))
+        gpu = copy.deepcopy(model).cuda()
+        out = gpu(plan.x.cuda(), PartitionedGraph(plan.to("cuda")))
+        torch.testing.assert_close(out.cpu(), ref, atol=1e-8, rtol=0, msg=name)
