@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import StrategyRegistry
 
-from lightgraph.data import PartitionedGraphDataModule, SyntheticGraph
+from lightgraph.data import PartitionedGraphDataModule, PartitionPlan, SyntheticGraph
 from lightgraph.models import NodeClassifier
 from lightgraph.nn import GCN
 from lightgraph.strategies import BoundaryExchangeStrategy
@@ -75,8 +75,16 @@ def test_two_processes_match_one_process(tmp_path) -> None:
             float(single.callback_metrics[key]), abs=1e-6
         )
     assert float(single.callback_metrics["test_acc"]) > 0.5  # it learned something
-    assert float(multi.callback_metrics["comm_bytes"]) > 0
     assert "comm_bytes" not in single.callback_metrics
+    # Exact bytes: per halo node, layer 0 sends 16 input floats forward (no gradient comes
+    # back: the features need none) and layer 1 sends 16 hidden floats forward and 16
+    # gradient floats backward, all float32.
+    dm = PartitionedGraphDataModule(tiny_dataset(), cache_dir=str(tmp_path / "multi" / "cache"))
+    halo = sum(PartitionPlan.load(os.path.join(dm.cache_path(2), f"part{r}.pt")).num_halo for r in range(2))
+    assert halo > 0
+    assert float(multi.callback_metrics["comm_bytes"]) == halo * (16 + 16 + 16) * 4
+    assert float(multi.callback_metrics["comm/layer0_forward_bytes"]) == halo * 16 * 4
+    assert "comm/layer0_backward_bytes" not in multi.callback_metrics
 
 
 @pytest.mark.multiprocess
