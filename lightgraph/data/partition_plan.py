@@ -38,6 +38,12 @@ class PartitionPlan:
         edge_index: ``[2, num_local_edges]`` local ids; every edge of the global graph whose
             destination is an inner node, sources inner or halo.
         in_degree: global in-degree of every local node (all edges as given).
+        importance: Sylvie's boundary-node importance in ``[0, 1]`` for every local node:
+            the percentile rank of its global in-degree among all boundary nodes of the
+            graph (nodes some other partition holds as halo); the highest in-degree gets 1,
+            equal in-degrees share a value. Both ends of a message see the same value, so
+            bit-widths derived from it need no metadata. Nodes that are not boundary nodes
+            get 0.
         gcn_degree: global GCN degree of every local node: in-neighbours excluding
             self-loops plus one self-loop, exactly what PyG's ``gcn_norm`` computes on the
             whole graph.
@@ -57,6 +63,7 @@ class PartitionPlan:
     send_counts: list[int]
     edge_index: Tensor
     in_degree: Tensor
+    importance: Tensor
     gcn_degree: Tensor
     marginal_mask: Tensor
     x: Tensor
@@ -301,8 +308,10 @@ def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list
             )
         )
 
+    importance = boundary_importance(in_degree, torch.cat(halos))
     plans = []
     for r in range(num_parts):
+        partial[r]["importance"] = importance[partial[r]["global_ids"]]
         send_index, send_counts = [], []
         for q in range(num_parts):
             wanted = halos[q][partition[halos[q]] == r] if q != r else halos[q][:0]
@@ -312,3 +321,28 @@ def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list
             PartitionPlan(send_index=torch.cat(send_index), send_counts=send_counts, **partial[r])
         )
     return plans
+
+
+def boundary_importance(in_degree: Tensor, boundary_nodes: Tensor) -> Tensor:
+    """Sylvie's importance factor of boundary nodes (§IV-A), zero elsewhere.
+
+    .. math::
+        p_v = \\frac{|\\{u \\in B : d_u \\le d_v\\}| - 1}{|B| - 1}, \\quad v \\in B
+
+    for the set :math:`B` of boundary nodes and global in-degrees :math:`d`: the nodes with
+    the largest in-degree get 1, the rest are interpolated by their in-degree rank, and
+    equal in-degrees share a value.
+
+    Args:
+        in_degree: ``[num_nodes]`` global in-degrees.
+        boundary_nodes: global ids of boundary nodes (duplicates allowed).
+    """
+    pool = torch.unique(boundary_nodes)
+    importance = torch.zeros(in_degree.numel(), dtype=torch.float32)
+    if pool.numel() == 0:
+        return importance
+    deg = in_degree[pool]
+    sorted_deg = torch.sort(deg).values
+    rank = torch.searchsorted(sorted_deg, deg, right=True) - 1
+    importance[pool] = rank.float() / max(pool.numel() - 1, 1)
+    return importance

@@ -22,7 +22,7 @@ from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
 
 log = logging.getLogger(__name__)
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 
 class _OnePartition:

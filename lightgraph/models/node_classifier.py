@@ -102,6 +102,11 @@ class NodeClassifier(pl.LightningModule):
         return loss_sum / max(plan.global_counts[mask_name], 1)
 
     # ------------------------------------------------------------------------ steps
+    def on_train_epoch_start(self) -> None:
+        exchanger = getattr(self.trainer.strategy, "exchanger", None) if self.trainer.world_size > 1 else None
+        if exchanger is not None and hasattr(exchanger, "start_epoch"):
+            exchanger.start_epoch(self.current_epoch)
+
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self._step_start = time.perf_counter()
 

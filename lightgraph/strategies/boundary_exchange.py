@@ -13,7 +13,8 @@ from lightning.pytorch.strategies import DDPStrategy
 from typing_extensions import override
 
 from lightgraph.functional.halo_exchange import check_transport
-from lightgraph.strategies.halo_exchanger import HaloExchanger
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+from lightgraph.strategies.halo_exchanger import HaloExchanger, check_mode, check_sampling
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,26 @@ class BoundaryExchangeStrategy(DDPStrategy):
     Keeping the exchange on its own group means its collectives never interleave with
     DDP's gradient buckets. The same code path serves gloo (CPU) and NCCL (CUDA).
 
+    The exchange is configurable, and each setting composes with the others: FP32 or
+    quantised messages (``quantization``, a :mod:`lightgraph.quant` policy: Sylvie's
+    degree-aware widths, fixed widths, ...), synchronous or pipelined execution
+    (``mode``; PipeGCN is ``mode="async"`` in FP32), and BNS-GCN boundary sampling
+    (``boundary_sampling``). Callbacks such as
+    :class:`~lightgraph.callbacks.AdaptiveBitWidth` and
+    :class:`~lightgraph.callbacks.PipelineAdaptor` retune ``exchanger.policy.base_bits``
+    and ``exchanger.mode`` between epochs.
+
     Registered names: ``"boundary_exchange"`` (``start_method="popen"``, works under
     ``torchrun`` and SLURM), ``"boundary_exchange_spawn"``, ``"boundary_exchange_fork"``.
 
     Args:
         transport: ``"all_to_all"`` (one ``all_to_all_single`` per exchange) or ``"ring"``
             (``P - 1`` rounds of paired send/recv).
+        quantization: bit-width policy for training messages; ``None`` sends FP32.
+        mode: ``"sync"`` or ``"async"`` (one-epoch-stale pipeline).
+        boundary_sampling: BNS-GCN keep-probability of boundary nodes per epoch
+            (the BNS-GCN paper uses 0.1); ``None`` keeps all.
+        seed: seed of quantisation noise and boundary sampling.
         process_group_backend: ``"gloo"``, ``"nccl"``, ...; default from the device.
         timeout: timeout of collectives.
         start_method: how processes are launched (see ``DDPStrategy``).
@@ -49,12 +64,23 @@ class BoundaryExchangeStrategy(DDPStrategy):
     def __init__(
         self,
         transport: Literal["all_to_all", "ring"] = "all_to_all",
+        quantization: BitWidthPolicy | None = None,
+        mode: Literal["sync", "async"] = "sync",
+        boundary_sampling: float | None = None,
+        seed: int = 0,
         process_group_backend: str | None = None,
         timeout: timedelta | None = default_pg_timeout,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         find_unused_parameters: bool = False,
     ) -> None:
         check_transport(transport, "BoundaryExchangeStrategy")
+        check_mode(mode, "BoundaryExchangeStrategy")
+        check_sampling(boundary_sampling, "BoundaryExchangeStrategy")
+        if quantization is not None and not isinstance(quantization, BitWidthPolicy):
+            raise TypeError(
+                f"BoundaryExchangeStrategy: expected `quantization` to be a lightgraph.quant.BitWidthPolicy "
+                f"(e.g. DegreeAwareBits, FixedBits) or None but got {type(quantization).__name__}."
+            )
         if start_method not in START_METHODS:
             raise ValueError(
                 f"BoundaryExchangeStrategy: expected `start_method` in {START_METHODS} but got {start_method!r}."
@@ -66,6 +92,10 @@ class BoundaryExchangeStrategy(DDPStrategy):
             find_unused_parameters=find_unused_parameters,
         )
         self.transport = transport
+        self.quantization = quantization
+        self.mode = mode
+        self.boundary_sampling = boundary_sampling
+        self.seed = seed
         self._exchange_group: dist.ProcessGroup | None = None
         self._exchanger: HaloExchanger | None = None
 
@@ -87,11 +117,20 @@ class BoundaryExchangeStrategy(DDPStrategy):
         self._exchange_group = dist.new_group(
             backend=self._get_process_group_backend(), timeout=self._timeout
         )
-        self._exchanger = HaloExchanger(group=self._exchange_group, transport=self.transport)
+        self._exchanger = HaloExchanger(
+            group=self._exchange_group,
+            transport=self.transport,
+            policy=self.quantization,
+            mode=self.mode,
+            boundary_sampling=self.boundary_sampling,
+            seed=self.seed,
+        )
         log.debug("%s: exchange group ready (transport=%s)", type(self).__name__, self.transport)
 
     @override
     def teardown(self) -> None:
+        if self._exchanger is not None:
+            self._exchanger.drain()
         super().teardown()
         if self._exchange_group is not None and dist.is_initialized():
             dist.destroy_process_group(self._exchange_group)

@@ -2,47 +2,320 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from lightgraph.data.partition_plan import PartitionPlan
 from lightgraph.functional.exchange_stats import ExchangeStats
-from lightgraph.functional.halo_exchange import check_transport, halo_exchange
+from lightgraph.functional.halo_exchange import PendingExchange, check_transport, halo_exchange, start_exchange_rows
+from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW, pack_rows, packed_nbytes, unpack_rows
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+
+Mode = Literal["sync", "async"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+def check_mode(mode: str, owner: str = "HaloExchanger") -> str:
+    if mode not in MODES:
+        raise ValueError(f"{owner}: expected `mode` to be one of {MODES} but got {mode!r}.")
+    return mode
+
+
+def check_sampling(p: float | None, owner: str = "HaloExchanger") -> float | None:
+    if p is not None and not (isinstance(p, (int, float)) and 0.0 < p <= 1.0):
+        raise ValueError(f"{owner}: expected `boundary_sampling` in (0, 1] or None but got {p!r}.")
+    return None if p is None else float(p)
+
+
+@dataclass
+class _Messages:
+    """Which rows travel between this rank and its peers in one training epoch."""
+
+    send_index: Tensor  # local ids of inner rows to send, grouped per peer
+    send_counts: list[int]
+    recv_index: Tensor | None  # positions of received rows among the halo rows (None: all, in order)
+    recv_counts: list[int]
+    send_bits: Tensor | None  # bit-width per sent row (None: FP32)
+    recv_bits: Tensor | None  # bit-width per received row
+    num_halo: int
+
+    def place(self, received: Tensor) -> Tensor:
+        """Received rows -> ``[num_halo, F]`` halo rows (zeros for rows not sent)."""
+        if self.recv_index is None:
+            return received
+        halo = received.new_zeros((self.num_halo,) + tuple(received.shape[1:]))
+        halo[self.recv_index] = received
+        return halo
+
+    def pick(self, halo_grad: Tensor) -> Tensor:
+        """``[num_halo, F]`` halo gradients -> the rows that travel back."""
+        return halo_grad if self.recv_index is None else halo_grad[self.recv_index]
+
+
+class _Decoding:
+    """A pending quantised transfer; :meth:`wait` returns dequantised rows."""
+
+    def __init__(self, pending: PendingExchange, bits: Tensor, counts: list[int], dim: int, dtype: torch.dtype) -> None:
+        self.pending, self.bits, self.counts, self.dim, self.dtype = pending, bits, counts, dim, dtype
+
+    def wait(self) -> Tensor:
+        buf = self.pending.wait()
+        rows, start, row = [], 0, 0
+        for count in self.counts:
+            bits = self.bits[row : row + count]
+            size = packed_nbytes(bits, self.dim)
+            if count:
+                rows.append(unpack_rows(buf[start : start + size], bits, self.dim, self.dtype))
+            start += size
+            row += count
+        if not rows:
+            return torch.empty((0, self.dim), dtype=self.dtype, device=buf.device)
+        return torch.cat(rows)
+
+
+class _Ready:
+    def __init__(self, value: Tensor) -> None:
+        self.value = value
+
+    def wait(self) -> Tensor:
+        return self.value
 
 
 class HaloExchanger:
     """Exchanges halo rows of a :class:`~lightgraph.data.PartitionPlan` over a process group.
 
-    It holds what stays fixed during a run — the process group, the transport and the
-    byte counters — so that layers only pass the rows, the plan and a label.
+    It holds what a run keeps between layers and epochs — the process group, the
+    transport, the byte counters, the bit-width policy, the execution mode and the
+    buffers of the asynchronous pipeline — so layers only pass rows, the plan and a label.
+
+    Training exchanges (``stage="train"``) follow the configuration:
+
+    * ``policy=None``: FP32 rows, exactly the plain :func:`halo_exchange`.
+    * ``policy=...``: every row is quantised to the policy's bit-width (stochastic
+      rounding, codes bit-packed, bf16 scale and zero point) in both directions; the rows
+      of all widths for one peer travel in one buffer, one collective per layer and
+      direction.
+    * ``mode="sync"``: layers wait for this epoch's halo rows (and gradients).
+    * ``mode="async"``: the inter-epoch pipeline of PipeGCN/Sylvie — a layer computes
+      with the halo rows received during the previous epoch while this epoch's rows are
+      in flight, and inner rows receive the halo gradients of the previous epoch while
+      this epoch's travel. Staleness is exactly one epoch. An exchange with no previous
+      epoch to draw from (the first training epoch) is performed synchronously, and every
+      synchronous exchange also refreshes the buffers, so switching modes between epochs
+      never serves data older than one epoch.
+    * ``boundary_sampling=p``: BNS-GCN — each epoch every rank keeps a random fraction
+      ``p`` of the boundary rows it exchanges with each peer (both ends draw the same
+      sample from a seed shared by the pair) and drops the rest: dropped halo rows are
+      zero for that epoch, which removes their edges from sum-type aggregations.
+
+    Evaluation exchanges (any other stage) are always synchronous, exact FP32 and
+    complete, so reported accuracy measures the model, not the transport.
 
     Args:
         group: process group of the exchange (``None``: the default group).
-        transport: ``"all_to_all"`` (one ``all_to_all_single`` with uneven splits) or
-            ``"ring"`` (``P - 1`` rounds of paired send/recv).
+        transport: ``"all_to_all"`` or ``"ring"``.
+        policy: bit-width policy (:mod:`lightgraph.quant`), ``None`` for FP32.
+        mode: ``"sync"`` or ``"async"``; may be changed between epochs.
+        boundary_sampling: BNS-GCN keep-probability ``p`` or ``None``.
+        seed: seed of quantisation noise and boundary sampling.
     """
 
     def __init__(
-        self, group: dist.ProcessGroup | None = None, transport: str = "all_to_all"
+        self,
+        group: dist.ProcessGroup | None = None,
+        transport: str = "all_to_all",
+        policy: BitWidthPolicy | None = None,
+        mode: str = "sync",
+        boundary_sampling: float | None = None,
+        seed: int = 0,
     ) -> None:
         self.group = group
         self.transport = check_transport(transport, "HaloExchanger")
+        if policy is not None and not isinstance(policy, BitWidthPolicy):
+            raise TypeError(
+                f"HaloExchanger: expected `policy` to be a lightgraph.quant.BitWidthPolicy or None but got "
+                f"{type(policy).__name__}."
+            )
+        self.policy = policy
+        self.mode = check_mode(mode)
+        self.boundary_sampling = check_sampling(boundary_sampling)
+        self.seed = seed
+        self.epoch = 0
         self.stats = ExchangeStats()
+        self._generator: torch.Generator | None = None
+        self._messages: dict[Any, _Messages] = {}
+        self._buffers: dict[tuple[str, str], tuple[Any, _Messages]] = {}
 
-    def __call__(
-        self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
-    ) -> Tensor:
-        return halo_exchange(
-            x,
-            plan.send_index,
-            plan.send_counts,
-            plan.halo_counts,
-            group=self.group,
-            transport=self.transport,
-            stats=self.stats,
-            stage=stage,
-            layer=layer,
-        )
+    @property
+    def mode(self) -> str:
+        return self._mode
 
-    def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(transport={self.transport!r})"
+    @mode.setter
+    def mode(self, value: str) -> None:
+        self._mode = check_mode(value)
+
+    def start_epoch(self, epoch: int) -> None:
+        """Called by the module when training epoch ``epoch`` begins (boundary sampling draws per epoch)."""
+        self.epoch = epoch
+
+    # ----------------------------------------------------------------------- entry point
+    def __call__(self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer") -> Tensor:
+        plain = self.policy is None and self.mode == "sync" and self.boundary_sampling is None and not self._buffers
+        if stage != "train" or plain:
+            return halo_exchange(
+                x,
+                plan.send_index,
+                plan.send_counts,
+                plan.halo_counts,
+                group=self.group,
+                transport=self.transport,
+                stats=self.stats,
+                stage=stage,
+                layer=layer,
+            )
+        if not dist.is_available() or not dist.is_initialized() or dist.get_world_size(self.group) == 1:
+            return halo_exchange(x, plan.send_index, plan.send_counts, plan.halo_counts, group=self.group)
+        return _PipelinedExchange.apply(x, self, plan, layer)
+
+    def drain(self) -> None:
+        """Complete every transfer still in flight (before the process group goes away)."""
+        for pending, _ in self._buffers.values():
+            pending.wait()
+        self._buffers.clear()
+
+    # ----------------------------------------------------------------------- internals
+    def _rng(self, device: torch.device) -> torch.Generator:
+        if self._generator is None or self._generator.device != device:
+            rank = dist.get_rank() if dist.is_initialized() else 0
+            self._generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + rank)
+        return self._generator
+
+    def messages(self, plan: PartitionPlan, layer: str, direction: str) -> _Messages:
+        """This epoch's message layout (bit-widths, sampled rows) for one layer and direction."""
+        sampled = self.boundary_sampling is not None
+        bits_key = None if self.policy is None else (type(self.policy).__name__, self.policy.base_bits)
+        key = (id(plan), self.epoch if sampled else None, bits_key, layer if self.policy is not None else None, direction if self.policy is not None else None)
+        cached = self._messages.get(key)
+        if cached is not None:
+            return cached
+        if len(self._messages) > 64:
+            self._messages.clear()
+        send_index, send_counts = plan.send_index, list(plan.send_counts)
+        recv_index, recv_counts = None, list(plan.halo_counts)
+        if sampled:
+            send_index, send_counts, recv_index, recv_counts = self._sample(plan)
+        send_bits = recv_bits = None
+        if self.policy is not None:
+            halo_nodes = plan.num_inner + (torch.arange(plan.num_halo, device=send_index.device) if recv_index is None else recv_index)
+            send_bits = self.policy.row_bits(plan, send_index, layer, direction)
+            recv_bits = self.policy.row_bits(plan, halo_nodes, layer, direction)
+        msgs = _Messages(send_index, send_counts, recv_index, recv_counts, send_bits, recv_bits, plan.num_halo)
+        self._messages[key] = msgs
+        return msgs
+
+    def _sample(self, plan: PartitionPlan) -> tuple[Tensor, list[int], Tensor, list[int]]:
+        p = self.boundary_sampling
+        rank, world = plan.rank, plan.num_parts
+        device = plan.send_index.device
+
+        def keep(src: int, dst: int, count: int) -> Tensor:
+            # The pair (src -> dst) draws from its own seed: both ends get the same mask.
+            gen = torch.Generator().manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + src) * 1_000_003 + dst) % (2**62))
+            return (torch.rand(count, generator=gen) < p).to(device)
+
+        send_parts, send_counts, recv_parts, recv_counts = [], [], [], []
+        offset = 0
+        for q, count in enumerate(plan.send_counts):
+            mask = keep(rank, q, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            send_parts.append(plan.send_index[offset : offset + count][mask])
+            send_counts.append(int(mask.sum()))
+            offset += count
+        offset = 0
+        for q, count in enumerate(plan.halo_counts):
+            mask = keep(q, rank, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            recv_parts.append(torch.nonzero(mask).flatten() + offset)
+            recv_counts.append(int(mask.sum()))
+            offset += count
+        return torch.cat(send_parts), send_counts, torch.cat(recv_parts), recv_counts
+
+    def _start(
+        self,
+        rows: Tensor,
+        counts_out: list[int],
+        counts_in: list[int],
+        bits_out: Tensor | None,
+        bits_in: Tensor | None,
+        layer: str,
+        direction: str,
+    ) -> Any:
+        rows = rows.contiguous()
+        if bits_out is None or bits_in is None:
+            self.stats.record("train", layer, direction, rows.numel() * rows.element_size())
+            return start_exchange_rows(rows, counts_out, counts_in, self.group, self.transport)
+        dim = rows.size(1)
+        gen = self._rng(rows.device)
+        buffers, bytes_out, start = [], [], 0
+        for count in counts_out:
+            seg = rows[start : start + count]
+            buf = pack_rows(seg, bits_out[start : start + count], gen) if count else rows.new_empty(0, dtype=torch.uint8)
+            buffers.append(buf)
+            bytes_out.append(buf.numel())
+            start += count
+        bytes_in, start = [], 0
+        for count in counts_in:
+            bytes_in.append(packed_nbytes(bits_in[start : start + count], dim))
+            start += count
+        payload = torch.cat(buffers) if buffers else rows.new_empty(0, dtype=torch.uint8)
+        params = PARAM_BYTES_PER_ROW * rows.size(0)
+        self.stats.record("train", layer, direction, payload.numel() - params)
+        self.stats.record("train", layer, direction, params, kind="params")
+        pending = start_exchange_rows(payload, bytes_out, bytes_in, self.group, self.transport)
+        return _Decoding(pending, bits_in, counts_in, dim, rows.dtype)
+
+    def _transfer(self, key: tuple[str, str], start: Any, msgs: _Messages) -> tuple[Tensor, _Messages]:
+        """Rows for this step under the current mode; returns them with their layout."""
+        previous = self._buffers.pop(key, None)
+        if self.mode == "async" and previous is not None:
+            stale, stale_msgs = previous[0].wait(), previous[1]
+            self._buffers[key] = (start(), msgs)  # this epoch's rows, used next epoch
+            return stale, stale_msgs
+        if previous is not None:
+            previous[0].wait()  # drain a transfer started by an asynchronous epoch
+        fresh = start().wait()
+        self._buffers[key] = (_Ready(fresh), msgs)
+        return fresh, msgs
+
+
+class _PipelinedExchange(torch.autograd.Function):
+    """Halo exchange with quantisation, boundary sampling and the async pipeline."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, ex: HaloExchanger, plan: PartitionPlan, layer: str) -> Tensor:  # type: ignore[override]
+        msgs = ex.messages(plan, layer, "forward")
+
+        def start() -> Any:
+            rows = x.detach().index_select(0, msgs.send_index)
+            return ex._start(rows, msgs.send_counts, msgs.recv_counts, msgs.send_bits, msgs.recv_bits, layer, "forward")
+
+        received, used = ex._transfer((layer, "forward"), start, msgs)
+        ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
+        return torch.cat([x, used.place(received).to(x.dtype)], dim=0)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        ex, plan, layer, n = ctx.ex, ctx.plan, ctx.layer, ctx.num_inner
+        msgs = ex.messages(plan, layer, "backward")
+        halo_grad = grad_out[n:]
+
+        def start() -> Any:
+            rows = msgs.pick(halo_grad).contiguous()
+            return ex._start(rows, msgs.recv_counts, msgs.send_counts, msgs.recv_bits, msgs.send_bits, layer, "backward")
+
+        received, used = ex._transfer((layer, "backward"), start, msgs)
+        grad_x = grad_out[:n].clone()
+        grad_x.index_add_(0, used.send_index, received.to(grad_x.dtype))
+        return grad_x, None, None, None

@@ -1,0 +1,45 @@
+"""Log the boundary-exchange volume of every training epoch, data and overhead apart."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+
+class CommunicationMonitor(Callback):
+    """Bytes sent by all ranks per training epoch, split as in Sylvie's Table XII.
+
+    Logs (summed over ranks, per epoch):
+
+    * ``comm/data_bytes``: message payload (FP32 rows or packed quantisation codes);
+    * ``comm/params_bytes``: quantisation side information (bf16 scale and zero point,
+      4 bytes per quantised row);
+    * ``comm/forward_bytes`` / ``comm/backward_bytes``: embeddings vs. embedding gradients;
+    * ``comm/params_share``: ``params / (data + params)``.
+
+    Needs a strategy with a halo exchanger (``BoundaryExchangeStrategy``); on a single
+    process it logs nothing.
+    """
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        exchanger = getattr(trainer.strategy, "exchanger", None) if trainer.world_size > 1 else None
+        if exchanger is None:
+            return
+        stats = exchanger.stats
+        values = {
+            "comm/data_bytes": stats.total("train", kind="data"),
+            "comm/params_bytes": stats.total("train", kind="params"),
+            "comm/forward_bytes": stats.total("train", direction="forward"),
+            "comm/backward_bytes": stats.total("train", direction="backward"),
+        }
+        reduced = {}
+        for key, value in values.items():
+            tensor = torch.tensor(float(value), dtype=torch.float64, device=pl_module.device)
+            reduced[key] = trainer.strategy.reduce(tensor, reduce_op="sum")
+            pl_module.log(key, reduced[key], sync_dist=False)
+        total = reduced["comm/data_bytes"] + reduced["comm/params_bytes"]
+        share = reduced["comm/params_bytes"] / total if float(total) > 0 else total
+        pl_module.log("comm/params_share", share, sync_dist=False)
