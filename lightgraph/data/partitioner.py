@@ -10,6 +10,7 @@ from torch import Tensor
 
 PartitionMethod = Literal["metis", "random"]
 PARTITION_METHODS: tuple[str, ...] = get_args(PartitionMethod)
+_RANDOM_SALT = 0x5EED_1A7E
 
 
 def partition_graph(
@@ -54,7 +55,9 @@ def partition_graph(
 
 def random_partition(num_nodes: int, num_parts: int, seed: int = 0) -> Tensor:
     """Balanced random partition: part sizes differ by at most one."""
-    gen = torch.Generator().manual_seed(seed)
+    # Salted so that the same seed as a graph generator's never reproduces its node order
+    # (a random partition would otherwise copy the generator's communities).
+    gen = torch.Generator().manual_seed(seed + _RANDOM_SALT)
     perm = torch.randperm(num_nodes, generator=gen)
     part = torch.empty(num_nodes, dtype=torch.long)
     part[perm] = torch.arange(num_nodes) % num_parts

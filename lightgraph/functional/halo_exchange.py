@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal, get_args
 
 import torch
@@ -49,7 +51,8 @@ def start_exchange_rows(
     ``send`` holds ``sum(send_counts)`` rows, split in rank order; the result holds
     ``sum(recv_counts)`` rows, the rows from rank ``q`` in the ``q``-th split. Both
     transports run asynchronously; the returned handle's :meth:`~PendingExchange.wait`
-    completes them.
+    completes them (``all_to_all`` as an asynchronous collective, ``ring`` on a background
+    thread that performs the rounds in order).
 
     * ``"all_to_all"``: one ``all_to_all_single`` with uneven splits.
     * ``"ring"``: ``P - 1`` rounds; in round ``r`` a rank sends to ``rank + r`` and
@@ -58,7 +61,6 @@ def start_exchange_rows(
     check_transport(transport)
     send = send.contiguous()
     recv = send.new_empty((int(sum(recv_counts)),) + tuple(send.shape[1:]))
-    world = dist.get_world_size(group)
     if transport == "all_to_all":
         work = dist.all_to_all_single(
             recv,
@@ -70,6 +72,41 @@ def start_exchange_rows(
         )
         return PendingExchange(recv, [work])
 
+    # The ring's rounds run in order on one background thread (FIFO across calls, so every
+    # rank issues its ring transfers in the same order) and the caller gets a handle.
+    future = _ring_executor().submit(_ring_rounds, send, recv, list(send_counts), list(recv_counts), group)
+    return PendingExchange(recv, [_FutureWork(future)])
+
+
+class _FutureWork:
+    def __init__(self, future: Future) -> None:
+        self.future = future
+
+    def wait(self) -> None:
+        self.future.result()
+
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def _forget_executor() -> None:
+    # Threads do not survive fork(): a forked child (e.g. Lightning's fork launcher) starts its own.
+    global _EXECUTOR
+    _EXECUTOR = None
+
+
+os.register_at_fork(after_in_child=_forget_executor)
+
+
+def _ring_executor() -> ThreadPoolExecutor:
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lightgraph-ring")
+    return _EXECUTOR
+
+
+def _ring_rounds(send: Tensor, recv: Tensor, send_counts: list[int], recv_counts: list[int], group: dist.ProcessGroup | None) -> None:
+    world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     send_off = [0]
     recv_off = [0]
@@ -77,28 +114,17 @@ def start_exchange_rows(
         send_off.append(send_off[-1] + int(c))
     for c in recv_counts:
         recv_off.append(recv_off[-1] + int(c))
-    works: list[Any] = []
     for step in range(1, world):
         dst, src = (rank + step) % world, (rank - step) % world
         ops = []
         # A pair of ranks agrees on a zero count, so both sides skip the same operations.
         if send_counts[dst] > 0:
-            ops.append(
-                dist.P2POp(
-                    dist.isend, send[send_off[dst] : send_off[dst + 1]], _global(group, dst), group
-                )
-            )
+            ops.append(dist.P2POp(dist.isend, send[send_off[dst] : send_off[dst + 1]], _global(group, dst), group))
         if recv_counts[src] > 0:
-            ops.append(
-                dist.P2POp(
-                    dist.irecv, recv[recv_off[src] : recv_off[src + 1]], _global(group, src), group
-                )
-            )
+            ops.append(dist.P2POp(dist.irecv, recv[recv_off[src] : recv_off[src + 1]], _global(group, src), group))
         if ops:
-            # Rounds are completed in order, as a ring schedule prescribes.
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
-    return PendingExchange(recv, works)
 
 
 def _global(group: dist.ProcessGroup | None, group_rank: int) -> int:
@@ -183,7 +209,7 @@ def halo_exchange(
         recv_counts: rows received from each rank of ``group``.
         group: process group of the exchange (default: the world).
         transport: ``"all_to_all"`` or ``"ring"``.
-        stats: optional byte counter; records ``(stage, layer, direction)``.
+        stats: optional byte counter; records ``(stage, layer, direction, "data")``.
         stage: label for ``stats`` (``"train"``, ``"val"``, ...).
         layer: label for ``stats``.
 

@@ -162,14 +162,17 @@ class NodeClassifier(pl.LightningModule):
 
     def _evaluate(self, batch: PartitionPlan, stage: str) -> None:
         logits = self(batch, stage)
+        # Multi-label metrics get probabilities: torchmetrics only applies the sigmoid
+        # itself when some value falls outside [0, 1].
+        scores = torch.sigmoid(logits) if self.multilabel else logits
         name = self.metric_name
         if stage == "val":
             mask = batch.val_mask
             mean = self._global_mean(self._loss_sum(logits[mask], batch.y[mask]), batch, "val_mask")
             self.log("val_loss", mean, reduce_fx="sum", sync_dist=True, batch_size=1)
-            self.val_metric.update(logits[mask], batch.y[mask])
+            self.val_metric.update(scores[mask], batch.y[mask])
             self.log(f"val_{name}", self.val_metric, prog_bar=True, batch_size=1)
-        self.test_metric.update(logits[batch.test_mask], batch.y[batch.test_mask])
+        self.test_metric.update(scores[batch.test_mask], batch.y[batch.test_mask])
         self.log(f"test_{name}", self.test_metric, prog_bar=True, batch_size=1)
 
     def validation_step(self, batch: PartitionPlan, batch_idx: int) -> None:

@@ -110,6 +110,19 @@ class PartitionAware(nn.Module):
                 if isinstance(conv, _GCN_NORMALIZED) and getattr(conv, "normalize", False)
                 else "none"
             )
+        if isinstance(conv, _GCN_NORMALIZED) and getattr(conv, "normalize", False):
+            if normalization == "none":
+                raise ValueError(
+                    f"PartitionAware: {type(conv).__name__}(normalize=True) normalises with the degrees it "
+                    f"sees, which are wrong for halo rows; use normalization='gcn' (or 'auto') so the "
+                    f"plan's global degrees are used, or build the layer with normalize=False."
+                )
+            if not getattr(conv, "add_self_loops", True):
+                raise ValueError(
+                    f"PartitionAware: {type(conv).__name__}(add_self_loops=False) with normalisation is not "
+                    f"supported on partitions (the global GCN weights include self-loops); pass "
+                    f"normalize=False and your own edge weights instead."
+                )
         if normalization == "gcn" and isinstance(conv, _GCN_NORMALIZED):
             # The layer would normalise with partition-local degrees: wrong for halo rows.
             conv.normalize = False

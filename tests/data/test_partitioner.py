@@ -55,3 +55,11 @@ def test_bad_input(kwargs, match) -> None:
     args = {"edge_index": torch.tensor([[0, 1], [1, 0]]), "num_nodes": 10, "num_parts": 2, **kwargs}
     with pytest.raises(ValueError, match=match):
         partition_graph(**args)
+
+
+def test_random_partition_does_not_copy_the_generators_communities() -> None:
+    # Both default to seed 0: a random partition must still cut about (1 - 1/P) of the edges.
+    data = SyntheticGraph(num_nodes=2000, avg_degree=10).load()
+    part = partition_graph(data.edge_index, data.num_nodes, 4, "random")
+    src, dst = data.edge_index
+    assert abs(float((part[src] != part[dst]).float().mean()) - 0.75) < 0.05

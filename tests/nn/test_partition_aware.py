@@ -168,6 +168,14 @@ def test_wrapper_rejects_multi_hop_and_non_message_passing() -> None:
         PartitionAware(GCNConv(4, 4), adjacency="dense")  # type: ignore[arg-type]
 
 
+def test_gcn_settings_that_cannot_be_partitioned_are_rejected() -> None:
+    with pytest.raises(ValueError, match="add_self_loops=False"):
+        PartitionAware(GCNConv(4, 4, add_self_loops=False))
+    with pytest.raises(ValueError, match="normalization='gcn'"):
+        PartitionAware(GCNConv(4, 4), normalization="none")
+    assert PartitionAware(GCNConv(4, 4, normalize=False), normalization="none").normalization == "none"
+
+
 def test_wrapper_defaults() -> None:
     gcn = PartitionAware(GCNConv(4, 4))
     assert gcn.normalization == "gcn" and gcn.adjacency == "adj_t" and not gcn.bipartite
