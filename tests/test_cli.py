@@ -42,13 +42,23 @@ def test_recipe_parses_and_instantiates(recipe: str, tmp_path) -> None:
 @pytest.mark.parametrize("fragment", FRAGMENTS, ids=os.path.basename)
 def test_callback_fragment_stacks_on_vanilla(fragment: str, tmp_path) -> None:
     with open(fragment) as f:
-        added = [c["class_path"].rsplit(".", 1)[-1] for c in yaml.safe_load(f)["trainer"]["callbacks+"]]
+        added = [
+            c["class_path"].rsplit(".", 1)[-1] for c in yaml.safe_load(f)["trainer"]["callbacks+"]
+        ]
     cli = build_cli(
-        ["--config", os.path.join(ROOT, "recipes", "vanilla.yaml"), "--config", fragment, f"--data.init_args.cache_dir={tmp_path}"],
+        [
+            "--config",
+            os.path.join(ROOT, "recipes", "vanilla.yaml"),
+            "--config",
+            fragment,
+            f"--data.init_args.cache_dir={tmp_path}",
+        ],
         run=False,
     )
     names = [type(c).__name__ for c in cli.trainer.callbacks]
-    assert "EpochSummary" in names, "the fragment must append to the recipe's callbacks, not replace them"
+    assert "EpochSummary" in names, (
+        "the fragment must append to the recipe's callbacks, not replace them"
+    )
     for name in added:
         assert name in names
 

@@ -17,7 +17,9 @@ class CommunicationMonitor(Callback):
     * ``comm/params_bytes``: quantisation side information (bf16 scale and zero point,
       4 bytes per quantised row);
     * ``comm/forward_bytes`` / ``comm/backward_bytes``: embeddings vs. embedding gradients;
-    * ``comm/params_share``: ``params / (data + params)``.
+    * ``comm/params_share``: ``params / (data + params)``;
+    * ``comm/quant_seconds``: time spent quantising and dequantising messages in the
+      epoch (the slowest rank).
 
     Needs a strategy with a halo exchanger (``BoundaryExchangeStrategy``); on a single
     process it logs nothing.
@@ -40,6 +42,10 @@ class CommunicationMonitor(Callback):
             tensor = torch.tensor(float(value), dtype=torch.float64, device=pl_module.device)
             reduced[key] = trainer.strategy.reduce(tensor, reduce_op="sum")
             pl_module.log(key, reduced[key], sync_dist=False)
+        seconds = torch.tensor(stats.seconds("train"), dtype=torch.float64, device=pl_module.device)
+        pl_module.log(
+            "comm/quant_seconds", trainer.strategy.reduce(seconds, reduce_op="max"), sync_dist=False
+        )
         total = reduced["comm/data_bytes"] + reduced["comm/params_bytes"]
         share = reduced["comm/params_bytes"] / total if float(total) > 0 else total
         pl_module.log("comm/params_share", share, sync_dist=False)

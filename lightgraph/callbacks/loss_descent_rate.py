@@ -170,9 +170,7 @@ class LossDescentRate:
             )
         self.t = t
         self.smoothed = None if state["smoothed"] is None else float(state["smoothed"])
-        self._ldr = deque(
-            (None if v is None else float(v) for v in ldr), maxlen=self.window + 1
-        )
+        self._ldr = deque((None if v is None else float(v) for v in ldr), maxlen=self.window + 1)
 
     def __repr__(self) -> str:
         return f"LossDescentRate(smoothing={self.smoothing}, window={self.window}, t={self.t})"

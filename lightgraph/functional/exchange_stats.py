@@ -19,6 +19,16 @@ class ExchangeStats:
 
     def __init__(self) -> None:
         self._bytes: dict[tuple[str, str, str, str], int] = defaultdict(int)
+        self._seconds: dict[tuple[str, str], float] = defaultdict(float)
+
+    def record_time(self, stage: str, what: str, seconds: float) -> None:
+        """Accumulate wall time spent on ``what`` (e.g. ``"quantize"``, ``"dequantize"``)."""
+        self._seconds[(stage, what)] += float(seconds)
+
+    def seconds(self, stage: str, what: str | None = None) -> float:
+        return sum(
+            v for (s, w), v in self._seconds.items() if s == stage and (what is None or w == what)
+        )
 
     def record(
         self, stage: str, layer: str, direction: str, num_bytes: int, kind: str = "data"
@@ -49,9 +59,12 @@ class ExchangeStats:
     def reset(self, stage: str | None = None) -> None:
         if stage is None:
             self._bytes.clear()
+            self._seconds.clear()
         else:
             for key in [k for k in self._bytes if k[0] == stage]:
                 del self._bytes[key]
+            for tkey in [k for k in self._seconds if k[0] == stage]:
+                del self._seconds[tkey]
 
     def state_dict(self) -> dict[str, int]:
         return {"|".join(k): v for k, v in self._bytes.items()}

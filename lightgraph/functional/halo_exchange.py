@@ -74,7 +74,9 @@ def start_exchange_rows(
 
     # The ring's rounds run in order on one background thread (FIFO across calls, so every
     # rank issues its ring transfers in the same order) and the caller gets a handle.
-    future = _ring_executor().submit(_ring_rounds, send, recv, list(send_counts), list(recv_counts), group)
+    future = _ring_executor().submit(
+        _ring_rounds, send, recv, list(send_counts), list(recv_counts), group
+    )
     return PendingExchange(recv, [_FutureWork(future)])
 
 
@@ -105,7 +107,13 @@ def _ring_executor() -> ThreadPoolExecutor:
     return _EXECUTOR
 
 
-def _ring_rounds(send: Tensor, recv: Tensor, send_counts: list[int], recv_counts: list[int], group: dist.ProcessGroup | None) -> None:
+def _ring_rounds(
+    send: Tensor,
+    recv: Tensor,
+    send_counts: list[int],
+    recv_counts: list[int],
+    group: dist.ProcessGroup | None,
+) -> None:
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     send_off = [0]
@@ -119,9 +127,17 @@ def _ring_rounds(send: Tensor, recv: Tensor, send_counts: list[int], recv_counts
         ops = []
         # A pair of ranks agrees on a zero count, so both sides skip the same operations.
         if send_counts[dst] > 0:
-            ops.append(dist.P2POp(dist.isend, send[send_off[dst] : send_off[dst + 1]], _global(group, dst), group))
+            ops.append(
+                dist.P2POp(
+                    dist.isend, send[send_off[dst] : send_off[dst + 1]], _global(group, dst), group
+                )
+            )
         if recv_counts[src] > 0:
-            ops.append(dist.P2POp(dist.irecv, recv[recv_off[src] : recv_off[src + 1]], _global(group, src), group))
+            ops.append(
+                dist.P2POp(
+                    dist.irecv, recv[recv_off[src] : recv_off[src + 1]], _global(group, src), group
+                )
+            )
         if ops:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()

@@ -103,7 +103,11 @@ class NodeClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------------ steps
     def on_train_epoch_start(self) -> None:
-        exchanger = getattr(self.trainer.strategy, "exchanger", None) if self.trainer.world_size > 1 else None
+        exchanger = (
+            getattr(self.trainer.strategy, "exchanger", None)
+            if self.trainer.world_size > 1
+            else None
+        )
         if exchanger is not None and hasattr(exchanger, "start_epoch"):
             exchanger.start_epoch(self.current_epoch)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -11,8 +12,18 @@ from torch import Tensor
 
 from lightgraph.data.partition_plan import PartitionPlan
 from lightgraph.functional.exchange_stats import ExchangeStats
-from lightgraph.functional.halo_exchange import PendingExchange, check_transport, halo_exchange, start_exchange_rows
-from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW, pack_rows, packed_nbytes, unpack_rows
+from lightgraph.functional.halo_exchange import (
+    PendingExchange,
+    check_transport,
+    halo_exchange,
+    start_exchange_rows,
+)
+from lightgraph.functional.quantize import (
+    PARAM_BYTES_PER_ROW,
+    pack_rows,
+    packed_nbytes,
+    unpack_rows,
+)
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
 
 Mode = Literal["sync", "async"]
@@ -37,7 +48,9 @@ class _Messages:
 
     send_index: Tensor  # local ids of inner rows to send, grouped per peer
     send_counts: list[int]
-    recv_index: Tensor | None  # positions of received rows among the halo rows (None: all, in order)
+    recv_index: (
+        Tensor | None
+    )  # positions of received rows among the halo rows (None: all, in order)
     recv_counts: list[int]
     send_bits: Tensor | None  # bit-width per sent row (None: FP32)
     recv_bits: Tensor | None  # bit-width per received row
@@ -59,11 +72,33 @@ class _Messages:
 class _Decoding:
     """A pending quantised transfer; :meth:`wait` returns dequantised rows."""
 
-    def __init__(self, pending: PendingExchange, bits: Tensor, counts: list[int], dim: int, dtype: torch.dtype) -> None:
-        self.pending, self.bits, self.counts, self.dim, self.dtype = pending, bits, counts, dim, dtype
+    def __init__(
+        self,
+        pending: PendingExchange,
+        bits: Tensor,
+        counts: list[int],
+        dim: int,
+        dtype: torch.dtype,
+        stats: ExchangeStats,
+    ) -> None:
+        self.pending, self.bits, self.counts, self.dim, self.dtype, self.stats = (
+            pending,
+            bits,
+            counts,
+            dim,
+            dtype,
+            stats,
+        )
 
     def wait(self) -> Tensor:
         buf = self.pending.wait()
+        tic = time.perf_counter()
+        try:
+            return self._decode(buf)
+        finally:
+            self.stats.record_time("train", "dequantize", time.perf_counter() - tic)
+
+    def _decode(self, buf: Tensor) -> Tensor:
         rows, start, row = [], 0, 0
         for count in self.counts:
             bits = self.bits[row : row + count]
@@ -163,8 +198,15 @@ class HaloExchanger:
         self.epoch = epoch
 
     # ----------------------------------------------------------------------- entry point
-    def __call__(self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer") -> Tensor:
-        plain = self.policy is None and self.mode == "sync" and self.boundary_sampling is None and not self._buffers
+    def __call__(
+        self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
+    ) -> Tensor:
+        plain = (
+            self.policy is None
+            and self.mode == "sync"
+            and self.boundary_sampling is None
+            and not self._buffers
+        )
         if stage != "train" or plain:
             return halo_exchange(
                 x,
@@ -177,8 +219,14 @@ class HaloExchanger:
                 stage=stage,
                 layer=layer,
             )
-        if not dist.is_available() or not dist.is_initialized() or dist.get_world_size(self.group) == 1:
-            return halo_exchange(x, plan.send_index, plan.send_counts, plan.halo_counts, group=self.group)
+        if (
+            not dist.is_available()
+            or not dist.is_initialized()
+            or dist.get_world_size(self.group) == 1
+        ):
+            return halo_exchange(
+                x, plan.send_index, plan.send_counts, plan.halo_counts, group=self.group
+            )
         return _PipelinedExchange.apply(x, self, plan, layer)
 
     def drain(self) -> None:
@@ -191,14 +239,24 @@ class HaloExchanger:
     def _rng(self, device: torch.device) -> torch.Generator:
         if self._generator is None or self._generator.device != device:
             rank = dist.get_rank() if dist.is_initialized() else 0
-            self._generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + rank)
+            self._generator = torch.Generator(device=device).manual_seed(
+                self.seed * 1_000_003 + rank
+            )
         return self._generator
 
     def messages(self, plan: PartitionPlan, layer: str, direction: str) -> _Messages:
         """This epoch's message layout (bit-widths, sampled rows) for one layer and direction."""
         sampled = self.boundary_sampling is not None
-        bits_key = None if self.policy is None else (type(self.policy).__name__, self.policy.base_bits)
-        key = (id(plan), self.epoch if sampled else None, bits_key, layer if self.policy is not None else None, direction if self.policy is not None else None)
+        bits_key = (
+            None if self.policy is None else (type(self.policy).__name__, self.policy.base_bits)
+        )
+        key = (
+            id(plan),
+            self.epoch if sampled else None,
+            bits_key,
+            layer if self.policy is not None else None,
+            direction if self.policy is not None else None,
+        )
         cached = self._messages.get(key)
         if cached is not None:
             return cached
@@ -210,33 +268,46 @@ class HaloExchanger:
             send_index, send_counts, recv_index, recv_counts = self._sample(plan)
         send_bits = recv_bits = None
         if self.policy is not None:
-            halo_nodes = plan.num_inner + (torch.arange(plan.num_halo, device=send_index.device) if recv_index is None else recv_index)
+            halo_nodes = plan.num_inner + (
+                torch.arange(plan.num_halo, device=send_index.device)
+                if recv_index is None
+                else recv_index
+            )
             send_bits = self.policy.row_bits(plan, send_index, layer, direction)
             recv_bits = self.policy.row_bits(plan, halo_nodes, layer, direction)
-        msgs = _Messages(send_index, send_counts, recv_index, recv_counts, send_bits, recv_bits, plan.num_halo)
+        msgs = _Messages(
+            send_index, send_counts, recv_index, recv_counts, send_bits, recv_bits, plan.num_halo
+        )
         self._messages[key] = msgs
         return msgs
 
     def _sample(self, plan: PartitionPlan) -> tuple[Tensor, list[int], Tensor, list[int]]:
         p = self.boundary_sampling
-        rank, world = plan.rank, plan.num_parts
+        rank = plan.rank
         device = plan.send_index.device
 
         def keep(src: int, dst: int, count: int) -> Tensor:
             # The pair (src -> dst) draws from its own seed: both ends get the same mask.
-            gen = torch.Generator().manual_seed((((self.seed * 1_000_003 + self.epoch) * 1_000_003 + src) * 1_000_003 + dst) % (2**62))
+            gen = torch.Generator().manual_seed(
+                (((self.seed * 1_000_003 + self.epoch) * 1_000_003 + src) * 1_000_003 + dst)
+                % (2**62)
+            )
             return (torch.rand(count, generator=gen) < p).to(device)
 
         send_parts, send_counts, recv_parts, recv_counts = [], [], [], []
         offset = 0
         for q, count in enumerate(plan.send_counts):
-            mask = keep(rank, q, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            mask = (
+                keep(rank, q, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            )
             send_parts.append(plan.send_index[offset : offset + count][mask])
             send_counts.append(int(mask.sum()))
             offset += count
         offset = 0
         for q, count in enumerate(plan.halo_counts):
-            mask = keep(q, rank, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            mask = (
+                keep(q, rank, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            )
             recv_parts.append(torch.nonzero(mask).flatten() + offset)
             recv_counts.append(int(mask.sum()))
             offset += count
@@ -258,10 +329,15 @@ class HaloExchanger:
             return start_exchange_rows(rows, counts_out, counts_in, self.group, self.transport)
         dim = rows.size(1)
         gen = self._rng(rows.device)
+        tic = time.perf_counter()
         buffers, bytes_out, start = [], [], 0
         for count in counts_out:
             seg = rows[start : start + count]
-            buf = pack_rows(seg, bits_out[start : start + count], gen) if count else rows.new_empty(0, dtype=torch.uint8)
+            buf = (
+                pack_rows(seg, bits_out[start : start + count], gen)
+                if count
+                else rows.new_empty(0, dtype=torch.uint8)
+            )
             buffers.append(buf)
             bytes_out.append(buf.numel())
             start += count
@@ -270,13 +346,16 @@ class HaloExchanger:
             bytes_in.append(packed_nbytes(bits_in[start : start + count], dim))
             start += count
         payload = torch.cat(buffers) if buffers else rows.new_empty(0, dtype=torch.uint8)
+        self.stats.record_time("train", "quantize", time.perf_counter() - tic)
         params = PARAM_BYTES_PER_ROW * rows.size(0)
         self.stats.record("train", layer, direction, payload.numel() - params)
         self.stats.record("train", layer, direction, params, kind="params")
         pending = start_exchange_rows(payload, bytes_out, bytes_in, self.group, self.transport)
-        return _Decoding(pending, bits_in, counts_in, dim, rows.dtype)
+        return _Decoding(pending, bits_in, counts_in, dim, rows.dtype, self.stats)
 
-    def _transfer(self, key: tuple[str, str], start: Any, msgs: _Messages) -> tuple[Tensor, _Messages]:
+    def _transfer(
+        self, key: tuple[str, str], start: Any, msgs: _Messages
+    ) -> tuple[Tensor, _Messages]:
         """Rows for this step under the current mode; returns them with their layout."""
         previous = self._buffers.pop(key, None)
         if self.mode == "async" and previous is not None:
@@ -299,7 +378,15 @@ class _PipelinedExchange(torch.autograd.Function):
 
         def start() -> Any:
             rows = x.detach().index_select(0, msgs.send_index)
-            return ex._start(rows, msgs.send_counts, msgs.recv_counts, msgs.send_bits, msgs.recv_bits, layer, "forward")
+            return ex._start(
+                rows,
+                msgs.send_counts,
+                msgs.recv_counts,
+                msgs.send_bits,
+                msgs.recv_bits,
+                layer,
+                "forward",
+            )
 
         received, used = ex._transfer((layer, "forward"), start, msgs)
         ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
@@ -313,7 +400,15 @@ class _PipelinedExchange(torch.autograd.Function):
 
         def start() -> Any:
             rows = msgs.pick(halo_grad).contiguous()
-            return ex._start(rows, msgs.recv_counts, msgs.send_counts, msgs.recv_bits, msgs.send_bits, layer, "backward")
+            return ex._start(
+                rows,
+                msgs.recv_counts,
+                msgs.send_counts,
+                msgs.recv_bits,
+                msgs.send_bits,
+                layer,
+                "backward",
+            )
 
         received, used = ex._transfer((layer, "backward"), start, msgs)
         grad_x = grad_out[:n].clone()

@@ -173,7 +173,9 @@ def test_gcn_settings_that_cannot_be_partitioned_are_rejected() -> None:
         PartitionAware(GCNConv(4, 4, add_self_loops=False))
     with pytest.raises(ValueError, match="normalization='gcn'"):
         PartitionAware(GCNConv(4, 4), normalization="none")
-    assert PartitionAware(GCNConv(4, 4, normalize=False), normalization="none").normalization == "none"
+    assert (
+        PartitionAware(GCNConv(4, 4, normalize=False), normalization="none").normalization == "none"
+    )
 
 
 def test_wrapper_defaults() -> None:

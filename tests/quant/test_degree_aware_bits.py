@@ -41,7 +41,10 @@ def test_more_important_nodes_never_get_fewer_bits() -> None:
 
 
 def test_base_bits_is_validated() -> None:
-    with pytest.raises(ValueError, match="DegreeAwareBits: expected `base_bits` to be one of \\(1, 2, 4, 8\\) but got 3"):
+    with pytest.raises(
+        ValueError,
+        match="DegreeAwareBits: expected `base_bits` to be one of \\(1, 2, 4, 8\\) but got 3",
+    ):
         DegreeAwareBits(3)
     policy = DegreeAwareBits(1)
     with pytest.raises(ValueError, match="got 16"):

@@ -17,5 +17,7 @@ def test_every_row_gets_the_base_width(bits: int) -> None:
 
 
 def test_rejects_other_widths() -> None:
-    with pytest.raises(ValueError, match="FixedBits: expected `base_bits` to be one of \\(1, 2, 4, 8\\) but got 32"):
+    with pytest.raises(
+        ValueError, match="FixedBits: expected `base_bits` to be one of \\(1, 2, 4, 8\\) but got 32"
+    ):
         FixedBits(32)

@@ -80,7 +80,9 @@ def test_two_processes_match_one_process(tmp_path) -> None:
     # back: the features need none) and layer 1 sends 16 hidden floats forward and 16
     # gradient floats backward, all float32.
     dm = PartitionedGraphDataModule(tiny_dataset(), cache_dir=str(tmp_path / "multi" / "cache"))
-    halo = sum(PartitionPlan.load(os.path.join(dm.cache_path(2), f"part{r}.pt")).num_halo for r in range(2))
+    halo = sum(
+        PartitionPlan.load(os.path.join(dm.cache_path(2), f"part{r}.pt")).num_halo for r in range(2)
+    )
     assert halo > 0
     assert float(multi.callback_metrics["comm_bytes"]) == halo * (16 + 16 + 16) * 4
     assert float(multi.callback_metrics["comm/layer0_forward_bytes"]) == halo * 16 * 4
@@ -167,12 +169,23 @@ def test_partitioned_data_with_plain_ddp_is_rejected(tmp_path) -> None:
         trainer.fit(module, dm)
 
 
-def _fit_with(tmp_path, name: str, strategy: BoundaryExchangeStrategy, epochs: int = 15) -> tuple[pl.Trainer, NodeClassifier]:
+def _fit_with(
+    tmp_path, name: str, strategy: BoundaryExchangeStrategy, epochs: int = 15
+) -> tuple[pl.Trainer, NodeClassifier]:
     module = make_module()
     dm = PartitionedGraphDataModule(tiny_dataset(), cache_dir=str(tmp_path / "cache"))
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=epochs, logger=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         enable_checkpointing=False, default_root_dir=tmp_path / name)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=strategy,
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path / name,
+    )
     trainer.fit(module, dm)
     return trainer, module
 
@@ -183,17 +196,27 @@ def test_quantisation_off_is_bit_identical_and_8_bit_is_close(tmp_path) -> None:
     from lightgraph.quant import FixedBits
 
     vanilla, v_mod = _fit_with(tmp_path, "vanilla", BoundaryExchangeStrategy(start_method="fork"))
-    off, off_mod = _fit_with(tmp_path, "off", BoundaryExchangeStrategy(start_method="fork", quantization=None, mode="sync"))
+    off, off_mod = _fit_with(
+        tmp_path,
+        "off",
+        BoundaryExchangeStrategy(start_method="fork", quantization=None, mode="sync"),
+    )
     for p, q in zip(v_mod.parameters(), off_mod.parameters(), strict=True):
         assert torch.equal(p, q)
-    q8, q8_mod = _fit_with(tmp_path, "q8", BoundaryExchangeStrategy(start_method="fork", quantization=FixedBits(8)))
+    q8, q8_mod = _fit_with(
+        tmp_path, "q8", BoundaryExchangeStrategy(start_method="fork", quantization=FixedBits(8))
+    )
     # 8-bit stochastic rounding perturbs each exchanged value by less than range/255 (≈0.4% of
     # a row's range), without bias; over 15 epochs of Adam the weights drift by well under 1%
     # of their scale and the global metrics stay within 0.01.
     for p, q in zip(v_mod.parameters(), q8_mod.parameters(), strict=True):
         torch.testing.assert_close(q, p, atol=2e-2, rtol=2e-2)
-    assert float(q8.callback_metrics["train_loss"]) == pytest.approx(float(vanilla.callback_metrics["train_loss"]), rel=0.02)
-    assert float(q8.callback_metrics["test_acc"]) == pytest.approx(float(vanilla.callback_metrics["test_acc"]), abs=0.01)
+    assert float(q8.callback_metrics["train_loss"]) == pytest.approx(
+        float(vanilla.callback_metrics["train_loss"]), rel=0.02
+    )
+    assert float(q8.callback_metrics["test_acc"]) == pytest.approx(
+        float(vanilla.callback_metrics["test_acc"]), abs=0.01
+    )
     # Exact bytes: FP32 sends 3 x 16 floats per halo node and epoch (see above); 8 bits send
     # 16 one-byte codes plus 4 bytes of bf16 scale and zero point per row instead.
     fp32 = float(vanilla.callback_metrics["comm_bytes"])

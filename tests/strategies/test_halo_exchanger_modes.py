@@ -17,7 +17,9 @@ F = 6
 
 
 def _weights(num_nodes: int) -> torch.Tensor:
-    return torch.randn(num_nodes, F, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    return torch.randn(
+        num_nodes, F, generator=torch.Generator().manual_seed(11), dtype=torch.float64
+    )
 
 
 def _epochs(rank: int, world: int, kwargs: dict, modes: list[str]) -> list[dict]:
@@ -34,9 +36,18 @@ def _epochs(rank: int, world: int, kwargs: dict, modes: list[str]) -> list[dict]
         y = ex(x, plan, "train", "l")
         (y * w * (t + 1)).sum().backward()
         msgs = ex.messages(plan, "l", "forward")
-        out.append({"halo": y[plan.num_inner :].detach(), "grad": x.grad, "ids": ids, "n": plan.num_inner,
-                    "send_counts": msgs.send_counts, "recv_counts": msgs.recv_counts,
-                    "fwd": ex.stats.total("train", "forward"), "params": ex.stats.total("train", kind="params")})
+        out.append(
+            {
+                "halo": y[plan.num_inner :].detach(),
+                "grad": x.grad,
+                "ids": ids,
+                "n": plan.num_inner,
+                "send_counts": msgs.send_counts,
+                "recv_counts": msgs.recv_counts,
+                "fwd": ex.stats.total("train", "forward"),
+                "params": ex.stats.total("train", kind="params"),
+            }
+        )
         ex.stats.reset()
     ex.drain()
     return out
@@ -47,7 +58,9 @@ def _times_sent(world: int) -> torch.Tensor:
     data, part = tricky_graph(world)
     counts = torch.zeros(data.num_nodes, dtype=torch.float64)
     for p in build_partition_plans(data, part, world):
-        counts.index_add_(0, p.global_ids[p.send_index], torch.ones(p.send_index.numel(), dtype=torch.float64))
+        counts.index_add_(
+            0, p.global_ids[p.send_index], torch.ones(p.send_index.numel(), dtype=torch.float64)
+        )
     return counts
 
 
@@ -77,7 +90,9 @@ def test_async_staleness_is_exactly_one_epoch(world: int) -> None:
 @pytest.mark.timeout(120)
 def test_boundary_sampling_both_ends_agree() -> None:
     world = 3
-    results = run_distributed(_epochs, world, {"boundary_sampling": 0.5, "seed": 3}, ["sync", "sync"], timeout=100)
+    results = run_distributed(
+        _epochs, world, {"boundary_sampling": 0.5, "seed": 3}, ["sync", "sync"], timeout=100
+    )
     data, part = tricky_graph(world)
     plans = build_partition_plans(data, part, world)
     for t in range(2):
@@ -122,9 +137,14 @@ def _degree_aware(rank: int, world: int) -> dict:
     plan = build_partition_plans(data, part, world)[rank]
     ex = HaloExchanger(policy=DegreeAwareBits(base_bits=1))
     msgs = ex.messages(plan, "l", "forward")
-    return {"send": plan.global_ids[msgs.send_index], "send_bits": msgs.send_bits,
-            "recv": plan.global_ids[plan.num_inner:], "recv_bits": msgs.recv_bits,
-            "send_counts": msgs.send_counts, "recv_counts": msgs.recv_counts}
+    return {
+        "send": plan.global_ids[msgs.send_index],
+        "send_bits": msgs.send_bits,
+        "recv": plan.global_ids[plan.num_inner :],
+        "recv_bits": msgs.recv_bits,
+        "send_counts": msgs.send_counts,
+        "recv_counts": msgs.recv_counts,
+    }
 
 
 @pytest.mark.multiprocess
@@ -140,7 +160,9 @@ def test_degree_aware_bits_agree_on_both_ends() -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="`mode` to be one of \\('sync', 'async'\\) but got 'lazy'"):
+    with pytest.raises(
+        ValueError, match="`mode` to be one of \\('sync', 'async'\\) but got 'lazy'"
+    ):
         HaloExchanger(mode="lazy")
     with pytest.raises(ValueError, match="`boundary_sampling` in \\(0, 1\\] or None but got 0"):
         HaloExchanger(boundary_sampling=0)
@@ -158,7 +180,9 @@ def _plain_vs_pipelined(rank: int, world: int) -> dict:
     out = {}
     for name in ("plain", "pipelined"):
         ex = HaloExchanger()
-        if name == "pipelined":  # one async epoch leaves buffers: later sync epochs take the pipelined path
+        if (
+            name == "pipelined"
+        ):  # one async epoch leaves buffers: later sync epochs take the pipelined path
             ex.mode = "async"
             x0 = data.x[plan.global_ids[: plan.num_inner]].clone().requires_grad_()
             (ex(x0, plan, "train", "l") * w).sum().backward()

@@ -1,0 +1,94 @@
+"""Sylvie's Pipeline Adaptor: switch the halo exchange between async and sync per epoch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from typing_extensions import override
+
+from lightgraph.callbacks.adaptive_bitwidth import _exchanger, _LDRSchedule
+
+MODES: tuple[str, ...] = ("sync", "async")
+
+
+class PipelineAdaptor(_LDRSchedule[str]):
+    """Sylvie's Pipeline Adaptor (ICDE'24, §V-B): staleness control of the async pipeline.
+
+    Training runs with the one-epoch-stale inter-epoch pipeline (``exchanger.mode =
+    "async"``) by default. When the Loss Descent Rate shows that the loss now falls more
+    slowly than :math:`\\delta` epochs ago (*degraded*: :math:`LDR_t > LDR_{t-\\delta}` with
+    the paper's signed LDR, i.e. a smaller descent rate :math:`-LDR_t`; see
+    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate`), Sylvie reads it as
+    convergence downgraded by staleness and runs the next epoch synchronously, which also
+    refreshes every stale halo buffer:
+
+    .. math::
+
+        m_0 = \\mathrm{async}, \\qquad
+        m_{t+1} = \\begin{cases}
+            \\mathrm{sync} & t > \\delta \\text{ and degraded}(t) \\\\
+            \\mathrm{async} & \\text{otherwise}
+        \\end{cases}
+
+    :math:`L_t` is the epoch-level ``monitor`` metric, :math:`et_t` the wall time of the
+    epoch's training batches; decisions are taken from rank 0's values and are identical
+    on all ranks. The mode of every epoch is logged as ``pipeline_sync`` (1 = sync,
+    0 = async; with ``log=True``) and kept in :attr:`history`.
+
+    Needs a strategy with a halo exchanger, e.g. ``BoundaryExchangeStrategy``; combine it
+    with :class:`~lightgraph.callbacks.AdaptiveBitWidth` for Sylvie's full online stage.
+
+    Args:
+        window: :math:`\\delta`, the LDR comparison range in epochs.
+        smoothing: :math:`\\lambda` of the running average loss (Sylvie: 0.9).
+        monitor: the logged epoch-level training loss.
+        log: log ``pipeline_sync`` every epoch.
+    """
+
+    _log_key = "pipeline_sync"
+
+    def __init__(
+        self,
+        window: int = 5,
+        smoothing: float = 0.9,
+        monitor: str = "train_loss",
+        log: bool = True,
+    ) -> None:
+        super().__init__(window=window, smoothing=smoothing, monitor=monitor, log=log)
+
+    @override
+    def _target(self, trainer: pl.Trainer) -> Any:
+        exchanger = _exchanger(trainer)
+        if exchanger is None or not hasattr(exchanger, "mode"):
+            raise RuntimeError(
+                "PipelineAdaptor needs `trainer.strategy.exchanger` with a `mode` attribute, "
+                "e.g. BoundaryExchangeStrategy(mode='async'); the strategy is "
+                f"{type(trainer.strategy).__name__}."
+            )
+        return exchanger
+
+    @override
+    def _apply(self, target: Any, setting: str) -> None:
+        target.mode = setting
+
+    @override
+    def _initial(self) -> str:
+        return "async"
+
+    @override
+    def _next(self, setting: str, degraded: bool | None) -> str:
+        return "sync" if degraded else "async"
+
+    @override
+    def _check_setting(self, setting: Any) -> str:
+        if setting not in MODES:
+            raise ValueError(
+                f"PipelineAdaptor: expected the checkpointed `mode` to be one of {MODES} but got "
+                f"{setting!r}."
+            )
+        return str(setting)
+
+    @override
+    def _log_value(self, setting: str) -> float:
+        return 1.0 if setting == "sync" else 0.0
