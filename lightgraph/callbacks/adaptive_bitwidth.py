@@ -14,6 +14,7 @@ from typing_extensions import override
 
 from lightgraph.callbacks.loss_descent_rate import LossDescentRate, check_smoothing, check_window
 from lightgraph.quant.bit_width_policy import BITS, check_bits
+from lightgraph.quant.fixed_bits import FixedBits
 
 SettingT = TypeVar("SettingT", int, str)
 
@@ -254,8 +255,10 @@ class AdaptiveBitWidth(_LDRSchedule[int]):
     and are identical on all ranks. The width of every epoch is logged as ``bitwidth``
     (with ``log=True``) and kept in :attr:`history`.
 
-    Needs a strategy whose halo exchanger has a bit-width policy, e.g.
-    ``BoundaryExchangeStrategy(quantization=DegreeAwareBits(...))``.
+    Needs a strategy with a halo exchanger (``BoundaryExchangeStrategy``). If its exchange
+    has a bit-width policy (e.g. ``quantization=DegreeAwareBits(...)``) the callback drives
+    that policy's base width; on an FP32 exchange it installs ``FixedBits(b_min)``, i.e.
+    the purely time-adaptive scheme in which every row uses :math:`b_t`.
 
     Args:
         b_min: smallest base width, one of (1, 2, 4, 8); also the width of epoch 0.
@@ -289,7 +292,12 @@ class AdaptiveBitWidth(_LDRSchedule[int]):
 
     @override
     def _target(self, trainer: pl.Trainer) -> Any:
-        policy = getattr(_exchanger(trainer), "policy", None)
+        exchanger = _exchanger(trainer)
+        policy = getattr(exchanger, "policy", None)
+        if policy is None and exchanger is not None and hasattr(exchanger, "policy"):
+            # An FP32 exchange gets Sylvie's purely time-adaptive scheme: one width for
+            # every row, b_t itself (this is what stacking the fragment on vanilla means).
+            policy = exchanger.policy = FixedBits(self.b_min)
         if policy is None or not hasattr(policy, "base_bits"):
             raise RuntimeError(
                 "AdaptiveBitWidth needs `trainer.strategy.exchanger.policy` with a `base_bits` "

@@ -41,11 +41,9 @@ class CommunicationMonitor(Callback):
         for key, value in values.items():
             tensor = torch.tensor(float(value), dtype=torch.float64, device=pl_module.device)
             reduced[key] = trainer.strategy.reduce(tensor, reduce_op="sum")
-            pl_module.log(key, reduced[key], sync_dist=False)
+            pl_module.log(key, reduced[key], sync_dist=True, reduce_fx="max")  # equal on all ranks
         seconds = torch.tensor(stats.seconds("train"), dtype=torch.float64, device=pl_module.device)
-        pl_module.log(
-            "comm/quant_seconds", trainer.strategy.reduce(seconds, reduce_op="max"), sync_dist=False
-        )
+        pl_module.log("comm/quant_seconds", seconds, sync_dist=True, reduce_fx="max")
         total = reduced["comm/data_bytes"] + reduced["comm/params_bytes"]
         share = reduced["comm/params_bytes"] / total if float(total) > 0 else total
-        pl_module.log("comm/params_share", share, sync_dist=False)
+        pl_module.log("comm/params_share", share, sync_dist=True, reduce_fx="max")

@@ -587,8 +587,7 @@ def _group_order(rb: Tensor, counts: Sequence[int]) -> Tensor | None:
     """Row order grouped by width (ascending, stable); None when already grouped."""
     if max(counts, default=0) == rb.numel():
         return None
-    order = torch.argsort(rb, stable=True)
-    return order
+    return torch.argsort(rb, stable=True)
 
 
 def pack_rows(
@@ -613,7 +612,8 @@ def pack_rows(
         x: float rows (see :func:`quantize`).
         row_bits: integer width of each row, each one of :data:`BITS` (no 0).
         generator: random generator for the rounding noise.
-        compiled: fuse quantization and packing with ``torch.compile`` (same bytes).
+        compiled: run the quantization arithmetic through ``torch.compile`` (same
+            bytes for the same ``generator`` state; packing stays eager).
 
     Returns:
         uint8 buffer of exactly :func:`packed_nbytes` ``(row_bits, D)`` bytes.
@@ -676,7 +676,8 @@ def unpack_rows(
         row_bits: the widths ``buf`` was packed with.
         dim: row length ``D``.
         dtype: output dtype (float16, bfloat16, float32 or float64).
-        compiled: fuse unpacking and dequantization with ``torch.compile`` (same values).
+        compiled: run dequantization through ``torch.compile`` (bit-identical values;
+            unpacking stays eager).
 
     Shapes:
         - buf: ``[packed_nbytes(row_bits, D)]`` uint8; row_bits: ``[N]``.

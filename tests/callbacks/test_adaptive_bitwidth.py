@@ -330,9 +330,9 @@ def run_two_ranks(tmp_path, make_callbacks) -> list[dict]:
     return records
 
 
-def test_needs_a_policy(tmp_path) -> None:
+def test_needs_an_exchanger(tmp_path) -> None:
     cb = AdaptiveBitWidth()
-    trainer = SimpleNamespace(strategy=SimpleNamespace(exchanger=SimpleNamespace(policy=None)))
+    trainer = SimpleNamespace(strategy=SimpleNamespace())
     with pytest.raises(
         RuntimeError, match=r"AdaptiveBitWidth needs `trainer.strategy.exchanger.policy`"
     ):
@@ -395,3 +395,15 @@ def test_state_dict_round_trip() -> None:
 def test_bad_arguments(kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
         AdaptiveBitWidth(**kwargs)
+
+
+def test_fp32_exchange_gets_the_purely_time_adaptive_policy() -> None:
+    from types import SimpleNamespace
+
+    from lightgraph.quant import FixedBits
+
+    exchanger = SimpleNamespace(mode="sync", policy=None)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(exchanger=exchanger))
+    callback = AdaptiveBitWidth(b_min=2)
+    policy = callback._target(trainer)
+    assert isinstance(policy, FixedBits) and exchanger.policy is policy and policy.base_bits == 2
