@@ -80,15 +80,10 @@ class _Decoding:
         dim: int,
         dtype: torch.dtype,
         stats: ExchangeStats,
+        compiled: bool = False,
     ) -> None:
-        self.pending, self.bits, self.counts, self.dim, self.dtype, self.stats = (
-            pending,
-            bits,
-            counts,
-            dim,
-            dtype,
-            stats,
-        )
+        self.pending, self.bits, self.counts, self.dim = pending, bits, counts, dim
+        self.dtype, self.stats, self.compiled = dtype, stats, compiled
 
     def wait(self) -> Tensor:
         buf = self.pending.wait()
@@ -104,7 +99,15 @@ class _Decoding:
             bits = self.bits[row : row + count]
             size = packed_nbytes(bits, self.dim)
             if count:
-                rows.append(unpack_rows(buf[start : start + size], bits, self.dim, self.dtype))
+                rows.append(
+                    unpack_rows(
+                        buf[start : start + size],
+                        bits,
+                        self.dim,
+                        self.dtype,
+                        compiled=self.compiled,
+                    )
+                )
             start += size
             row += count
         if not rows:
@@ -157,6 +160,9 @@ class HaloExchanger:
         mode: ``"sync"`` or ``"async"``; may be changed between epochs.
         boundary_sampling: BNS-GCN keep-probability ``p`` or ``None``.
         seed: seed of quantisation noise and boundary sampling.
+        compile_quantization: quantise/dequantise with the ``torch.compile``-d kernels of
+            :mod:`lightgraph.functional.quantize` (same bytes, ~1.9x faster quantisation on
+            CPU once compiled; the first epoch pays the compilation).
     """
 
     def __init__(
@@ -167,8 +173,10 @@ class HaloExchanger:
         mode: str = "sync",
         boundary_sampling: float | None = None,
         seed: int = 0,
+        compile_quantization: bool = False,
     ) -> None:
         self.group = group
+        self.compile_quantization = compile_quantization
         self.transport = check_transport(transport, "HaloExchanger")
         if policy is not None and not isinstance(policy, BitWidthPolicy):
             raise TypeError(
@@ -334,7 +342,9 @@ class HaloExchanger:
         for count in counts_out:
             seg = rows[start : start + count]
             buf = (
-                pack_rows(seg, bits_out[start : start + count], gen)
+                pack_rows(
+                    seg, bits_out[start : start + count], gen, compiled=self.compile_quantization
+                )
                 if count
                 else rows.new_empty(0, dtype=torch.uint8)
             )
@@ -351,7 +361,9 @@ class HaloExchanger:
         self.stats.record("train", layer, direction, payload.numel() - params)
         self.stats.record("train", layer, direction, params, kind="params")
         pending = start_exchange_rows(payload, bytes_out, bytes_in, self.group, self.transport)
-        return _Decoding(pending, bits_in, counts_in, dim, rows.dtype, self.stats)
+        return _Decoding(
+            pending, bits_in, counts_in, dim, rows.dtype, self.stats, self.compile_quantization
+        )
 
     def _transfer(
         self, key: tuple[str, str], start: Any, msgs: _Messages
