@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor
+
 
 def check_model_args(model: str, **values: float) -> None:
     """Raise a ValueError naming ``model`` and the argument for out-of-range sizes/rates."""
@@ -13,3 +19,21 @@ def check_model_args(model: str, **values: float) -> None:
             raise ValueError(
                 f"{model}: expected `{name}` to be a positive integer but got {value!r}."
             )
+
+
+def stacked_forward(
+    layers: Iterable[Callable[..., Tensor]],
+    x: Tensor,
+    dropout: float,
+    training: bool,
+    activation: Callable[[Tensor], Tensor],
+    *args: Any,
+) -> Tensor:
+    """Dropout → layer → activation for every layer (no activation after the last)."""
+    layers = list(layers)
+    for i, layer in enumerate(layers):
+        x = F.dropout(x, p=dropout, training=training)
+        x = layer(x, *args)
+        if i < len(layers) - 1:
+            x = activation(x)
+    return x

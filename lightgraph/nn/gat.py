@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv
 
-from lightgraph.nn._basic import check_model_args
+from lightgraph.nn._basic import check_model_args, stacked_forward
 from lightgraph.nn.partition_aware import PartitionAware
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 
@@ -79,9 +79,4 @@ class GAT(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: Tensor, graph: PartitionedGraph) -> Tensor:
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, p=self.dropout, training=self.training)
-            x = conv(x, graph)
-            if i < len(self.convs) - 1:
-                x = F.elu(x)
-        return x
+        return stacked_forward(self.convs, x, self.dropout, self.training, F.elu, graph)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightgraph.nn._basic import check_model_args
+from lightgraph.nn._basic import check_model_args, stacked_forward
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 
 
@@ -49,9 +49,4 @@ class MLP(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: Tensor, graph: PartitionedGraph | None = None) -> Tensor:
-        for i, lin in enumerate(self.lins):
-            x = F.dropout(x, p=self.dropout, training=self.training)
-            x = lin(x)
-            if i < len(self.lins) - 1:
-                x = F.relu(x)
-        return x
+        return stacked_forward(self.lins, x, self.dropout, self.training, F.relu)
