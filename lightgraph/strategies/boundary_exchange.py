@@ -54,7 +54,9 @@ class BoundaryExchangeStrategy(DDPStrategy):
             (the BNS-GCN paper uses 0.1); ``None`` keeps all.
         seed: seed of quantisation noise and boundary sampling.
         compile_quantization: use the ``torch.compile``-d quantisation kernels (same bytes,
-            faster once compiled; the first epoch pays the compilation).
+            faster once compiled; the first epoch pays the compilation). Use it with the
+            ``popen`` or ``spawn`` start methods: compiling inside ``fork``-ed workers can
+            hang in the compiler's worker pool.
         process_group_backend: ``"gloo"``, ``"nccl"``, ...; default from the device.
         timeout: timeout of collectives.
         start_method: how processes are launched (see ``DDPStrategy``).

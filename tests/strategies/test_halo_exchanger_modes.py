@@ -202,23 +202,3 @@ def test_fp32_sync_is_bit_identical_on_both_paths() -> None:
     for r in run_distributed(_plain_vs_pipelined, 3, timeout=50):
         assert torch.equal(r["plain"][0], r["pipelined"][0])
         assert torch.equal(r["plain"][1], r["pipelined"][1])
-
-
-def _compiled_vs_eager(rank: int, world: int) -> dict:
-    data, part = tricky_graph(world)
-    plan = build_partition_plans(data, part, world)[rank]
-    x = (
-        data.x[plan.global_ids[: plan.num_inner]].float().repeat(1, 600)
-    )  # wide enough for the compiled kernels
-    out = {}
-    for compiled in (False, True):
-        ex = HaloExchanger(policy=FixedBits(2), seed=5, compile_quantization=compiled)
-        out[compiled] = ex(x, plan, "train", "l")
-    return out
-
-
-@pytest.mark.multiprocess
-@pytest.mark.timeout(240)
-def test_compiled_quantisation_sends_the_same_rows() -> None:
-    for r in run_distributed(_compiled_vs_eager, 2, timeout=220):
-        assert torch.equal(r[False], r[True])
