@@ -92,19 +92,50 @@ class PartitionPlan:
         return self.y.dim() == 2
 
     # ------------------------------------------------------------------ adjacency views
-    def adj_t(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        """Unweighted ``[num_inner, num_local]`` CSR adjacency (row = destination)."""
-        key = ("adj_t", dtype)
+    def _row_filter(self, dst: Tensor, rows: str | None) -> Tensor | None:
+        """Edge mask keeping edges into ``rows`` (``"central"`` / ``"marginal"`` inner nodes)."""
+        if rows is None:
+            return None
+        if rows not in ("central", "marginal"):
+            raise ValueError(
+                f"PartitionPlan: expected `rows` in (None, 'central', 'marginal') but got {rows!r}."
+            )
+        mask = self.marginal_mask if rows == "marginal" else ~self.marginal_mask
+        return mask[dst]
+
+    def adj_t(self, dtype: torch.dtype = torch.float32, rows: str | None = None) -> Tensor:
+        """Unweighted ``[num_inner, num_local]`` CSR adjacency (row = destination).
+
+        ``rows="central"`` / ``"marginal"`` keeps only the edges into those inner nodes (the
+        other rows are empty, the shape is unchanged), for the overlap mode.
+        """
+        key = ("adj_t", dtype, rows)
         if key not in self._cache:
             src, dst = self.edge_index
+            keep = self._row_filter(dst, rows)
+            if keep is not None:
+                src, dst = src[keep], dst[keep]
             self._cache[key] = _to_csr(dst, src, None, self.num_inner, self.num_local, dtype)
         return self._cache[key]
 
-    def gcn_edge_index(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+    def local_edge_index(self, rows: str | None = None) -> Tensor:
+        """The local edges, optionally only those into ``"central"`` / ``"marginal"`` nodes."""
+        keep = self._row_filter(self.edge_index[1], rows)
+        if keep is None:
+            return self.edge_index
+        key = ("edge_index", rows)
+        if key not in self._cache:
+            self._cache[key] = self.edge_index[:, keep]
+        return self._cache[key]
+
+    def gcn_edge_index(
+        self, dtype: torch.dtype = torch.float32, rows: str | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Edges with one self-loop per inner node and GCN weights from *global* degrees.
 
         Mirrors PyG's ``gcn_norm`` (``add_remaining_self_loops`` + symmetric
-        normalisation) on the whole graph, restricted to edges into inner nodes.
+        normalisation) on the whole graph, restricted to edges into inner nodes (and to
+        edges into ``rows`` if given).
         """
         key = ("gcn_edge_index", dtype)
         if key not in self._cache:
@@ -117,13 +148,17 @@ class PartitionPlan:
             weight = inv_sqrt[src] * inv_sqrt[dst]
             self._cache[key] = torch.stack([src, dst])
             self._cache[("gcn_weight", dtype)] = weight
-        return self._cache[key], self._cache[("gcn_weight", dtype)]
+        edge_index, weight = self._cache[key], self._cache[("gcn_weight", dtype)]
+        keep = self._row_filter(edge_index[1], rows)
+        if keep is None:
+            return edge_index, weight
+        return edge_index[:, keep], weight[keep]
 
-    def gcn_adj_t(self, dtype: torch.dtype = torch.float32) -> Tensor:
+    def gcn_adj_t(self, dtype: torch.dtype = torch.float32, rows: str | None = None) -> Tensor:
         """``[num_inner, num_local]`` CSR of the GCN-normalised adjacency with self-loops."""
-        key = ("gcn_adj_t", dtype)
+        key = ("gcn_adj_t", dtype, rows)
         if key not in self._cache:
-            (src, dst), weight = self.gcn_edge_index(dtype)
+            (src, dst), weight = self.gcn_edge_index(dtype, rows)
             self._cache[key] = _to_csr(dst, src, weight, self.num_inner, self.num_local, dtype)
         return self._cache[key]
 

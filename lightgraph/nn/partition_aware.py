@@ -6,6 +6,7 @@ import inspect
 import typing
 from typing import Any, Literal, get_args
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.conv import (
@@ -20,6 +21,7 @@ from torch_geometric.nn.conv import (
     TAGConv,
 )
 
+from lightgraph.data.partition_plan import PartitionPlan
 from lightgraph.functional.sparse_matmul import spmm_with_cached_transpose
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 from lightgraph.typing import require_torch_sparse
@@ -141,19 +143,49 @@ class PartitionAware(nn.Module):
                 f"PartitionAware({self.name}): expected one row per inner node ({plan.num_inner}) "
                 f"but got {x.size(0)} rows."
             )
-        x_local = graph.exchange(x, layer=self.name)
         n = plan.num_inner
+        if graph.overlaps and self.adjacency != "sparse_tensor":
+            return self._overlapped(x, graph, kwargs)
+        x_local = graph.exchange(x, layer=self.name)
+        return self._compute(x_local, plan, n, dict(kwargs), None)
+
+    def _overlapped(self, x: Tensor, graph: PartitionedGraph, kwargs: dict[str, Any]) -> Tensor:
+        """AdaQP's overlap: central rows while the exchange is in flight, then marginal rows.
+
+        Both passes run the layer on full-shaped inputs with the adjacency restricted to
+        the rows they produce, so every output row is computed by exactly the arithmetic
+        of the synchronous pass (the central pass sees zeros where halo rows will be; no
+        central row reads them). The price is running the layer's dense part twice.
+        """
+        plan = graph.plan
+        n = plan.num_inner
+        handle = graph.start_exchange(x, layer=self.name)
+        x_pad = torch.cat([x, x.new_zeros((plan.num_halo,) + tuple(x.shape[1:]))])
+        central = self._compute(x_pad, plan, n, dict(kwargs), "central")
+        x_local = graph.finish_exchange(handle, x)
+        marginal = self._compute(x_local, plan, n, dict(kwargs), "marginal")
+        mask = plan.marginal_mask.view((-1,) + (1,) * (central.dim() - 1))
+        return torch.where(mask, marginal, central)
+
+    def _compute(
+        self, x_local: Tensor, plan: PartitionPlan, n: int, kwargs: dict[str, Any], rows: str | None
+    ) -> Tensor:
         adj: Any
+        dtype = x_local.dtype
         if self.adjacency == "sparse_tensor":
-            adj = plan.sparse_tensor(gcn=self.normalization == "gcn", dtype=x.dtype)
+            adj = plan.sparse_tensor(gcn=self.normalization == "gcn", dtype=dtype)
         elif self.normalization == "gcn":
             if self.adjacency == "adj_t":
-                adj = plan.gcn_adj_t(x.dtype)
+                adj = plan.gcn_adj_t(dtype, rows)
             else:
-                adj, weight = plan.gcn_edge_index(x.dtype)
+                adj, weight = plan.gcn_edge_index(dtype, rows)
                 kwargs["edge_weight"] = weight
         else:
-            adj = plan.adj_t(x.dtype) if self.adjacency == "adj_t" else plan.edge_index
+            adj = (
+                plan.adj_t(dtype, rows)
+                if self.adjacency == "adj_t"
+                else plan.local_edge_index(rows)
+            )
         if self.adjacency == "adj_t":
             # PyG would transpose (and sort) the adjacency in every backward pass.
             with spmm_with_cached_transpose(adj, plan.transposed(adj)):

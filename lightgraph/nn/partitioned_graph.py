@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from torch import Tensor
 from torch_geometric.data import Data
@@ -48,6 +49,20 @@ class PartitionedGraph:
     @property
     def num_inner(self) -> int:
         return self.plan.num_inner
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether layers should compute central rows while the exchange is in flight."""
+        check = getattr(self.exchanger, "overlaps", None)
+        return bool(check(self.stage)) if check is not None else False
+
+    def start_exchange(self, x: Tensor, layer: str = "layer") -> Any:
+        """Start the exchange of ``x``'s rows (overlap mode); see :meth:`finish_exchange`."""
+        return self.exchanger.start(x, self.plan, layer)  # type: ignore[union-attr]
+
+    def finish_exchange(self, handle: Any, x: Tensor) -> Tensor:
+        """``[x; halo rows]`` once the exchange started by :meth:`start_exchange` is done."""
+        return self.exchanger.finish(handle, x, self.plan)  # type: ignore[union-attr]
 
     def exchange(self, x: Tensor, layer: str = "layer") -> Tensor:
         """Return ``[x; halo rows]`` with ``x`` holding the inner rows."""

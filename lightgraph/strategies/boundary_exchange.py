@@ -49,7 +49,8 @@ class BoundaryExchangeStrategy(DDPStrategy):
         transport: ``"all_to_all"`` (one ``all_to_all_single`` per exchange) or ``"ring"``
             (``P - 1`` rounds of paired send/recv).
         quantization: bit-width policy for training messages; ``None`` sends FP32.
-        mode: ``"sync"`` or ``"async"`` (one-epoch-stale pipeline).
+        mode: ``"sync"``, ``"async"`` (one-epoch-stale pipeline) or ``"overlap"``
+            (AdaQP: central rows computed while the marginal rows' messages travel; exact).
         boundary_sampling: BNS-GCN keep-probability of boundary nodes per epoch
             (the BNS-GCN paper uses 0.1); ``None`` keeps all.
         seed: seed of quantisation noise and boundary sampling.
@@ -69,7 +70,7 @@ class BoundaryExchangeStrategy(DDPStrategy):
         self,
         transport: Literal["all_to_all", "ring"] = "all_to_all",
         quantization: BitWidthPolicy | None = None,
-        mode: Literal["sync", "async"] = "sync",
+        mode: Literal["sync", "async", "overlap"] = "sync",
         boundary_sampling: float | None = None,
         seed: int = 0,
         compile_quantization: bool = False,

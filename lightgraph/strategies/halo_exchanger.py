@@ -26,7 +26,7 @@ from lightgraph.functional.quantize import (
 )
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
 
-Mode = Literal["sync", "async"]
+Mode = Literal["sync", "async", "overlap"]
 MODES: tuple[str, ...] = get_args(Mode)
 
 
@@ -115,6 +115,13 @@ class _Decoding:
         return torch.cat(rows)
 
 
+@dataclass
+class _Inflight:
+    pending: Any
+    msgs: _Messages
+    layer: str
+
+
 class _Ready:
     def __init__(self, value: Tensor) -> None:
         self.value = value
@@ -145,6 +152,11 @@ class HaloExchanger:
       epoch to draw from (the first training epoch) is performed synchronously, and every
       synchronous exchange also refreshes the buffers, so switching modes between epochs
       never serves data older than one epoch.
+    * ``mode="overlap"``: AdaQP's computation/communication parallelisation — partition-aware
+      layers start the exchange, compute their *central* rows (no remote in-neighbour)
+      while it is in flight, then finish the *marginal* rows. No staleness: results equal
+      ``"sync"`` (same quantisation draws). Layers that do not split their work simply
+      get the synchronous exchange.
     * ``boundary_sampling=p``: BNS-GCN — each epoch every rank keeps a random fraction
       ``p`` of the boundary rows it exchanges with each peer (both ends draw the same
       sample from a seed shared by the pair) and drops the rest: dropped halo rows are
@@ -157,7 +169,7 @@ class HaloExchanger:
         group: process group of the exchange (``None``: the default group).
         transport: ``"all_to_all"`` or ``"ring"``.
         policy: bit-width policy (:mod:`lightgraph.quant`), ``None`` for FP32.
-        mode: ``"sync"`` or ``"async"``; may be changed between epochs.
+        mode: ``"sync"``, ``"async"`` or ``"overlap"``; may be changed between epochs.
         boundary_sampling: BNS-GCN keep-probability ``p`` or ``None``.
         seed: seed of quantisation noise and boundary sampling.
         compile_quantization: quantise/dequantise with the ``torch.compile``-d kernels of
@@ -236,6 +248,42 @@ class HaloExchanger:
                 x, plan.send_index, plan.send_counts, plan.halo_counts, group=self.group
             )
         return _PipelinedExchange.apply(x, self, plan, layer)
+
+    # ----------------------------------------------------------- overlap (start / finish)
+    def overlaps(self, stage: str) -> bool:
+        """Whether layers should split their work around :meth:`start` / :meth:`finish`."""
+        return (
+            stage == "train"
+            and self.mode == "overlap"
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size(self.group) > 1
+        )
+
+    def start(self, x: Tensor, plan: PartitionPlan, layer: str) -> _Inflight:
+        """Start this layer's forward exchange; rows travel while the caller computes."""
+        key = (layer, "forward")
+        msgs = self.messages(plan, layer, "forward")
+        previous = self._buffers.pop(key, None)
+        if previous is not None:
+            previous[0].wait()  # drain a transfer started by an asynchronous epoch
+        rows = x.detach().index_select(0, msgs.send_index)
+        pending = self._start(
+            rows,
+            msgs.send_counts,
+            msgs.recv_counts,
+            msgs.send_bits,
+            msgs.recv_bits,
+            layer,
+            "forward",
+        )
+        return _Inflight(pending, msgs, layer)
+
+    def finish(self, inflight: _Inflight, x: Tensor, plan: PartitionPlan) -> Tensor:
+        """Wait for :meth:`start`'s rows; returns ``[x; halo]`` (differentiable, like ``__call__``)."""
+        received = inflight.pending.wait()
+        self._buffers[(inflight.layer, "forward")] = (_Ready(received), inflight.msgs)
+        return _FinishedExchange.apply(x, received, inflight.msgs, self, plan, inflight.layer)
 
     def drain(self) -> None:
         """Complete every transfer still in flight (before the process group goes away)."""
@@ -406,23 +454,49 @@ class _PipelinedExchange(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        ex, plan, layer, n = ctx.ex, ctx.plan, ctx.layer, ctx.num_inner
-        msgs = ex.messages(plan, layer, "backward")
-        halo_grad = grad_out[n:]
+        return (_backward_exchange(ctx, grad_out), None, None, None)
 
-        def start() -> Any:
-            rows = msgs.pick(halo_grad).contiguous()
-            return ex._start(
-                rows,
-                msgs.recv_counts,
-                msgs.send_counts,
-                msgs.recv_bits,
-                msgs.send_bits,
-                layer,
-                "backward",
-            )
 
-        received, used = ex._transfer((layer, "backward"), start, msgs)
-        grad_x = grad_out[:n].clone()
-        grad_x.index_add_(0, used.send_index, received.to(grad_x.dtype))
-        return grad_x, None, None, None
+class _FinishedExchange(torch.autograd.Function):
+    """``[x; halo]`` from rows received by :meth:`HaloExchanger.start` (overlap mode)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        received: Tensor,
+        msgs: _Messages,
+        ex: HaloExchanger,
+        plan: PartitionPlan,
+        layer: str,
+    ) -> Tensor:
+        ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
+        return torch.cat([x, msgs.place(received).to(x.dtype)], dim=0)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        return (_backward_exchange(ctx, grad_out), None, None, None, None, None)
+
+
+def _backward_exchange(ctx: Any, grad_out: Tensor) -> Tensor:
+    """Send halo gradients back to their owners (under the exchanger's mode) and accumulate."""
+    ex, plan, layer, n = ctx.ex, ctx.plan, ctx.layer, ctx.num_inner
+    msgs = ex.messages(plan, layer, "backward")
+    halo_grad = grad_out[n:]
+
+    def start() -> Any:
+        rows = msgs.pick(halo_grad).contiguous()
+        return ex._start(
+            rows,
+            msgs.recv_counts,
+            msgs.send_counts,
+            msgs.recv_bits,
+            msgs.send_bits,
+            layer,
+            "backward",
+        )
+
+    received, used = ex._transfer((layer, "backward"), start, msgs)
+    grad_x = grad_out[:n].clone()
+    grad_x.index_add_(0, used.send_index, received.to(grad_x.dtype))
+    return grad_x
