@@ -36,7 +36,9 @@ class RandomBits(BitWidthPolicy):
     def __init__(self, choices: Sequence[int] = (2, 4, 8), seed: int = 0) -> None:
         choices = tuple(choices)
         if not choices:
-            raise ValueError(f"RandomBits: expected a non-empty `choices` from {BITS} but got {choices!r}.")
+            raise ValueError(
+                f"RandomBits: expected a non-empty `choices` from {BITS} but got {choices!r}."
+            )
         for b in choices:
             check_bits("RandomBits", "choices", b)
         super().__init__(max(choices))
@@ -50,7 +52,11 @@ class RandomBits(BitWidthPolicy):
 
     def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
         salt = sum(ord(c) * 131**i for i, c in enumerate(f"{layer}/{direction}")) & 0xFFFFFFFF
-        key = plan.global_ids[nodes].long() * 1_000_003 + (self.seed * 7919 + self.version) * 104_729 + salt
+        key = (
+            plan.global_ids[nodes].long() * 1_000_003
+            + (self.seed * 7919 + self.version) * 104_729
+            + salt
+        )
         index = _mix(_mix(key)) % len(self.choices)
         return torch.tensor(self.choices, dtype=torch.long, device=nodes.device)[index]
 

@@ -39,7 +39,9 @@ def test_layers_directions_and_redraws_differ() -> None:
 
 
 def test_bad_choices() -> None:
-    with pytest.raises(ValueError, match="RandomBits: expected `choices` to be one of \\(1, 2, 4, 8\\) but got 3"):
+    with pytest.raises(
+        ValueError, match="RandomBits: expected `choices` to be one of \\(1, 2, 4, 8\\) but got 3"
+    ):
         RandomBits(choices=(2, 3))
     with pytest.raises(ValueError, match="non-empty `choices`"):
         RandomBits(choices=())
