@@ -13,12 +13,15 @@ from torch_geometric.nn.conv import (
     APPNP,
     ARMAConv,
     ChebConv,
+    GATConv,
+    GATv2Conv,
     GCN2Conv,
     GCNConv,
     MixHopConv,
     SGConv,
     SSGConv,
     TAGConv,
+    TransformerConv,
 )
 
 from lightgraph.data.partition_plan import PartitionPlan
@@ -135,6 +138,7 @@ class PartitionAware(nn.Module):
             adjacency = "adj_t" if getattr(conv, "fuse", False) else "edge_index"
         self.adjacency: str = adjacency
         self.bipartite = _accepts_pair(conv) if bipartite is None else bipartite
+        self.aggregation: str = _aggregation_kind(conv, normalization)
 
     def forward(self, x: Tensor, graph: PartitionedGraph, **kwargs: Any) -> Tensor:
         plan = graph.plan
@@ -146,7 +150,7 @@ class PartitionAware(nn.Module):
         n = plan.num_inner
         if graph.overlaps and self.adjacency != "sparse_tensor":
             return self._overlapped(x, graph, kwargs)
-        x_local = graph.exchange(x, layer=self.name)
+        x_local = graph.exchange(x, layer=self.name, aggregation=self.aggregation)
         return self._compute(x_local, plan, n, dict(kwargs), None)
 
     def _overlapped(self, x: Tensor, graph: PartitionedGraph, kwargs: dict[str, Any]) -> Tensor:
@@ -159,7 +163,7 @@ class PartitionAware(nn.Module):
         """
         plan = graph.plan
         n = plan.num_inner
-        handle = graph.start_exchange(x, layer=self.name)
+        handle = graph.start_exchange(x, layer=self.name, aggregation=self.aggregation)
         x_pad = torch.cat([x, x.new_zeros((plan.num_halo,) + tuple(x.shape[1:]))])
         central = self._compute(x_pad, plan, n, dict(kwargs), "central")
         x_local = graph.finish_exchange(handle, x)
@@ -206,6 +210,21 @@ class PartitionAware(nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, adjacency={self.adjacency!r}, normalization={self.normalization!r}, bipartite={self.bipartite}"
+
+
+def _aggregation_kind(conv: MessagePassing, normalization: str) -> str:
+    """How the layer weighs a neighbour's row: ``"gcn"``, ``"mean"`` or ``"sum"``.
+
+    Attention layers average their neighbours with softmax weights (``1/deg`` on
+    average), so they count as ``"mean"``; max/min aggregations pick one neighbour per
+    feature, also weighted at most 1, and are reported as ``"sum"``.
+    """
+    if normalization == "gcn":
+        return "gcn"
+    if isinstance(conv, GATConv | GATv2Conv | TransformerConv):
+        return "mean"
+    aggr = getattr(conv, "aggr", "add")
+    return "mean" if aggr == "mean" else "sum"
 
 
 def _accepts_pair(conv: MessagePassing) -> bool:

@@ -56,19 +56,37 @@ class PartitionedGraph:
         check = getattr(self.exchanger, "overlaps", None)
         return bool(check(self.stage)) if check is not None else False
 
-    def start_exchange(self, x: Tensor, layer: str = "layer") -> Any:
+    def start_exchange(
+        self, x: Tensor, layer: str = "layer", aggregation: str | None = None
+    ) -> Any:
         """Start the exchange of ``x``'s rows (overlap mode); see :meth:`finish_exchange`."""
+        self._report(layer, aggregation)
         return self.exchanger.start(x, self.plan, layer)  # type: ignore[union-attr]
 
     def finish_exchange(self, handle: Any, x: Tensor) -> Tensor:
         """``[x; halo rows]`` once the exchange started by :meth:`start_exchange` is done."""
         return self.exchanger.finish(handle, x, self.plan)  # type: ignore[union-attr]
 
-    def exchange(self, x: Tensor, layer: str = "layer") -> Tensor:
-        """Return ``[x; halo rows]`` with ``x`` holding the inner rows."""
+    def exchange(self, x: Tensor, layer: str = "layer", aggregation: str | None = None) -> Tensor:
+        """Return ``[x; halo rows]`` with ``x`` holding the inner rows.
+
+        Args:
+            x: the inner rows.
+            layer: label of the exchanging layer (byte counters, per-layer bit-widths).
+            aggregation: how the layer weighs halo rows — ``"gcn"``, ``"mean"`` or
+                ``"sum"``; variance-aware bit-width policies
+                (:class:`~lightgraph.quant.VarianceAwareBits`) use it. ``None``: unknown
+                (treated as ``"sum"``, an upper bound for normalised aggregations).
+        """
         if self.exchanger is None:
             return x
+        self._report(layer, aggregation)
         return self.exchanger(x, self.plan, stage=self.stage, layer=layer)
+
+    def _report(self, layer: str, aggregation: str | None) -> None:
+        setter = getattr(self.exchanger, "set_aggregation", None)
+        if aggregation is not None and setter is not None:
+            setter(layer, aggregation)
 
     def __repr__(self) -> str:
         p = self.plan

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
+import torch
 from torch import Tensor
 
 from lightgraph.data.partition_plan import PartitionPlan
@@ -20,17 +22,29 @@ def check_bits(owner: str, name: str, value: int, allowed: tuple[int, ...] = BIT
 class BitWidthPolicy(ABC):
     """Chooses the bit-width of every boundary message row.
 
-    The sender of a row and its receiver call :meth:`row_bits` independently — the sender
+    The sender of a row and its receiver compute its width independently — the sender
     for the inner nodes it sends, the receiver for the halo nodes it receives — and must
     get the same answer, so a policy may depend only on information both ends share
     (global node properties stored in the :class:`~lightgraph.data.PartitionPlan`, the
     layer, the direction and its own settings, which callbacks change identically on all
     ranks). No bit-width metadata is sent.
 
+    Node-wise policies implement :meth:`row_bits`. Policies whose widths depend on the
+    device pair a row travels between (:class:`~lightgraph.quant.VarianceAwareBits`)
+    override :meth:`message_bits` instead, which sees the whole message layout.
+
     Attributes:
         base_bits: the time-adaptive base width :math:`b_t`
             (:class:`~lightgraph.callbacks.AdaptiveBitWidth` sets it between epochs).
+        version: a counter a policy increments whenever its widths change for a reason
+            other than ``base_bits`` (a redraw, a re-assignment), so cached message
+            layouts are rebuilt.
+        tracing: whether the exchanger should report the rows it sends to
+            :meth:`observe` (policies that learn from the messages switch it on).
     """
+
+    version: int = 0
+    tracing: bool = False
 
     def __init__(self, base_bits: int = 8) -> None:
         self.base_bits = check_bits(type(self).__name__, "base_bits", base_bits)
@@ -54,6 +68,37 @@ class BitWidthPolicy(ABC):
             layer: the exchanging layer's name.
             direction: ``"forward"`` (embeddings) or ``"backward"`` (gradients).
         """
+
+    def message_bits(
+        self, plan: PartitionPlan, layer: str, direction: str
+    ) -> tuple[Tensor, Tensor]:
+        """Widths of a complete exchange: ``(send_bits, recv_bits)``.
+
+        ``send_bits`` is aligned with ``plan.send_index`` (the rows this rank owns and
+        others hold as halo rows), ``recv_bits`` with the halo rows (in the plan's order).
+        In the ``"backward"`` direction the same rows travel the other way (gradients of
+        halo rows back to their owners) and keep this alignment. The default asks
+        :meth:`row_bits` for both lists.
+        """
+        device = plan.send_index.device
+        halo = plan.num_inner + torch.arange(plan.num_halo, device=device)
+        return (
+            self.row_bits(plan, plan.send_index, layer, direction),
+            self.row_bits(plan, halo, layer, direction),
+        )
+
+    def setup(self, exchanger: Any) -> None:  # noqa: B027 - optional hook
+        """Called once by the exchanger when the process group is ready (collective)."""
+
+    def observe(  # noqa: B027 - optional hook
+        self,
+        plan: PartitionPlan,
+        layer: str,
+        direction: str,
+        rows: Tensor,
+        aggregation: str,
+    ) -> None:
+        """Rows this rank sends in one complete exchange (called only while :attr:`tracing`)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_bits={self.base_bits})"

@@ -133,6 +133,8 @@ class BoundaryExchangeStrategy(DDPStrategy):
             seed=self.seed,
             compile_quantization=self.compile_quantization,
         )
+        # e.g. VarianceAwareBits profiles the links of its cost model here (collective).
+        self._exchanger.setup()
         log.debug("%s: exchange group ready (transport=%s)", type(self).__name__, self.transport)
 
     @override

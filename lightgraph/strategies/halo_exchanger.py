@@ -204,6 +204,23 @@ class HaloExchanger:
         self._generator: torch.Generator | None = None
         self._messages: dict[Any, _Messages] = {}
         self._buffers: dict[tuple[str, str], tuple[Any, _Messages]] = {}
+        #: how each layer weighs received halo rows ("gcn", "mean" or "sum"), reported by
+        #: the layers (:class:`~lightgraph.nn.PartitionAware`) for variance-aware policies
+        self.aggregations: dict[str, str] = {}
+
+    def setup(self) -> None:
+        """Let the policy prepare itself once the process group is up (collective)."""
+        if (
+            self.policy is not None
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size(self.group) > 1
+        ):
+            self.policy.setup(self)
+
+    def set_aggregation(self, layer: str, aggregation: str) -> None:
+        """Record how ``layer`` aggregates halo rows (``"gcn"``, ``"mean"`` or ``"sum"``)."""
+        self.aggregations[layer] = aggregation
 
     @property
     def mode(self) -> str:
@@ -276,6 +293,7 @@ class HaloExchanger:
             msgs.recv_bits,
             layer,
             "forward",
+            plan,
         )
         return _Inflight(pending, msgs, layer)
 
@@ -304,7 +322,9 @@ class HaloExchanger:
         """This epoch's message layout (bit-widths, sampled rows) for one layer and direction."""
         sampled = self.boundary_sampling is not None
         bits_key = (
-            None if self.policy is None else (type(self.policy).__name__, self.policy.base_bits)
+            None
+            if self.policy is None
+            else (type(self.policy).__name__, self.policy.base_bits, self.policy.version)
         )
         key = (
             id(plan),
@@ -319,18 +339,18 @@ class HaloExchanger:
         if len(self._messages) > 64:
             self._messages.clear()
         send_index, send_counts = plan.send_index, list(plan.send_counts)
+        send_pos: Tensor | None = None
         recv_index, recv_counts = None, list(plan.halo_counts)
         if sampled:
-            send_index, send_counts, recv_index, recv_counts = self._sample(plan)
+            send_pos, send_counts, recv_index, recv_counts = self._sample(plan)
+            send_index = plan.send_index[send_pos]
         send_bits = recv_bits = None
         if self.policy is not None:
-            halo_nodes = plan.num_inner + (
-                torch.arange(plan.num_halo, device=send_index.device)
-                if recv_index is None
-                else recv_index
-            )
-            send_bits = self.policy.row_bits(plan, send_index, layer, direction)
-            recv_bits = self.policy.row_bits(plan, halo_nodes, layer, direction)
+            send_bits, recv_bits = self.policy.message_bits(plan, layer, direction)
+            if send_pos is not None:
+                send_bits = send_bits[send_pos]
+            if recv_index is not None:
+                recv_bits = recv_bits[recv_index]
         msgs = _Messages(
             send_index, send_counts, recv_index, recv_counts, send_bits, recv_bits, plan.num_halo
         )
@@ -338,6 +358,7 @@ class HaloExchanger:
         return msgs
 
     def _sample(self, plan: PartitionPlan) -> tuple[Tensor, list[int], Tensor, list[int]]:
+        """``(send positions, send counts, recv positions, recv counts)`` kept this epoch."""
         p = self.boundary_sampling
         rank = plan.rank
         device = plan.send_index.device
@@ -356,7 +377,7 @@ class HaloExchanger:
             mask = (
                 keep(rank, q, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
             )
-            send_parts.append(plan.send_index[offset : offset + count][mask])
+            send_parts.append(torch.nonzero(mask).flatten() + offset)
             send_counts.append(int(mask.sum()))
             offset += count
         offset = 0
@@ -378,8 +399,16 @@ class HaloExchanger:
         bits_in: Tensor | None,
         layer: str,
         direction: str,
+        plan: PartitionPlan | None = None,
     ) -> Any:
         rows = rows.contiguous()
+        if (
+            plan is not None
+            and self.policy is not None
+            and self.policy.tracing
+            and self.boundary_sampling is None
+        ):
+            self.policy.observe(plan, layer, direction, rows, self.aggregations.get(layer, "sum"))
         if bits_out is None or bits_in is None:
             self.stats.record("train", layer, direction, rows.numel() * rows.element_size())
             return start_exchange_rows(rows, counts_out, counts_in, self.group, self.transport)
@@ -446,6 +475,7 @@ class _PipelinedExchange(torch.autograd.Function):
                 msgs.recv_bits,
                 layer,
                 "forward",
+                plan,
             )
 
         received, used = ex._transfer((layer, "forward"), start, msgs)
@@ -494,6 +524,7 @@ def _backward_exchange(ctx: Any, grad_out: Tensor) -> Tensor:
             msgs.send_bits,
             layer,
             "backward",
+            plan,
         )
 
     received, used = ex._transfer((layer, "backward"), start, msgs)

@@ -1,0 +1,160 @@
+"""AdaQP's periodic bit-width re-assignment."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from lightgraph.callbacks.adaptive_bitwidth import _exchanger
+
+
+class BitWidthReassigner(Callback):
+    """Re-assign the exchange's bit-widths every ``period`` epochs (AdaQP, §3.3 and §4.2).
+
+    With :class:`~lightgraph.quant.VarianceAwareBits` the policy traces the rows sent
+    during the last training epoch of every period (epochs ``period - 1``,
+    ``2 period - 1``, ...); when that epoch ends, every rank sends its traces to rank 0,
+    which solves the variance–time MILP of every layer and direction, and broadcasts the
+    widths — so they are identical on all ranks and used from epoch ``period`` on. Until
+    then every row uses the policy's ``initial_bits`` (AdaQP: 8). With
+    :class:`~lightgraph.quant.RandomBits` (AdaQP's Table 6 baseline) the callback redraws
+    the random widths at the same times instead.
+
+    Logged per epoch (``log=True``): ``assign_seconds`` (wall clock spent re-assigning so
+    far, all ranks waiting included) and, for variance-aware policies, the share of rows
+    at every width per layer and direction as ``bits/<layer>_<direction>/<b>bit``. A
+    one-line histogram is printed on rank 0 after every re-assignment (``verbose``).
+
+    The assignment and the re-assignment count are part of the checkpoint: a resumed run
+    sends exactly the widths the uninterrupted run would have sent.
+
+    Args:
+        period: epochs between re-assignments (AdaQP: 50; its Fig. 11 found a moderate
+            period best — short ones re-solve often, long ones use stale ranges).
+        log: log the metrics above.
+        verbose: print the histogram after each re-assignment.
+    """
+
+    def __init__(self, period: int = 50, log: bool = True, verbose: bool = True) -> None:
+        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+            raise ValueError(
+                f"BitWidthReassigner: expected `period` to be a positive integer but got {period!r}."
+            )
+        for name, value in (("log", log), ("verbose", verbose)):
+            if not isinstance(value, bool):
+                raise ValueError(
+                    f"BitWidthReassigner: expected `{name}` to be one of (True, False) but got {value!r}."
+                )
+        self.period = period
+        self.log = log
+        self.verbose = verbose
+        #: epochs after which widths were re-assigned (across resumes)
+        self.reassigned: list[int] = []
+        #: total wall-clock seconds spent re-assigning
+        self.seconds = 0.0
+        self._policy: Any = None
+        self._restore: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------------- hooks
+    def _find_policy(self, trainer: pl.Trainer) -> Any:
+        exchanger = _exchanger(trainer)
+        policy = getattr(exchanger, "policy", None)
+        if policy is None or not (hasattr(policy, "reassign") or hasattr(policy, "redraw")):
+            raise RuntimeError(
+                "BitWidthReassigner needs `trainer.strategy.exchanger.policy` that can be "
+                "re-assigned (lightgraph.quant.VarianceAwareBits) or redrawn "
+                "(lightgraph.quant.RandomBits); got "
+                f"{type(policy).__name__ if policy is not None else 'no policy (FP32 exchange)'} "
+                f"on {type(trainer.strategy).__name__}."
+            )
+        return policy
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._policy = self._find_policy(trainer)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._policy = self._find_policy(trainer)
+        if self._restore is not None:
+            state, self._restore = self._restore, None
+            if hasattr(self._policy, "load_state_dict") and "policy" in state:
+                self._policy.load_state_dict(state["policy"])
+            elif hasattr(self._policy, "redraw"):
+                self._policy.version = int(state.get("version", 0))
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        policy = self._policy
+        epoch = trainer.current_epoch
+        if hasattr(policy, "tracing"):
+            policy.tracing = hasattr(policy, "reassign") and (epoch + 1) % self.period == 0
+        if not self.log:
+            return
+        log = {"assign_seconds": self.seconds}
+        if hasattr(policy, "histogram"):
+            for name, counts in policy.histogram().items():
+                total = sum(counts.values()) or 1
+                for b, n in counts.items():
+                    log[f"bits/{name.replace('/', '_')}/{b}bit"] = n / total
+        for key, value in log.items():
+            pl_module.log(
+                key,
+                float(value),
+                on_step=False,
+                on_epoch=True,
+                reduce_fx="max",
+                sync_dist=True,
+                batch_size=1,
+            )
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        if (epoch + 1) % self.period != 0 or epoch in self.reassigned:
+            return
+        policy = self._policy
+        tic = time.perf_counter()
+        if hasattr(policy, "reassign"):
+            policy.tracing = False
+            report = policy.reassign(epoch=epoch)
+            if self.verbose:
+                parts = []
+                for name, counts in sorted(report.histogram.items()):
+                    hist = " ".join(f"{b}b:{n}" for b, n in counts.items())
+                    parts.append(f"{name} [{hist}]")
+                rank_zero_info(
+                    f"BitWidthReassigner: epoch {epoch}: widths re-assigned in {report.seconds:.3f}s "
+                    f"(solver {sum(report.solve_seconds.values()):.3f}s): " + "; ".join(parts)
+                )
+        else:
+            policy.redraw()
+        self.seconds += time.perf_counter() - tic
+        self.reassigned.append(epoch)
+
+    # ------------------------------------------------------------------------- state
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "period": self.period,
+            "reassigned": list(self.reassigned),
+            "seconds": self.seconds,
+        }
+        policy = self._policy
+        if policy is not None:
+            if hasattr(policy, "state_dict"):
+                state["policy"] = policy.state_dict()
+            state["version"] = int(getattr(policy, "version", 0))
+        return state
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.reassigned = [int(e) for e in state_dict["reassigned"]]
+        self.seconds = float(state_dict["seconds"])
+        self._restore = dict(state_dict)

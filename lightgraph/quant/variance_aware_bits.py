@@ -1,0 +1,570 @@
+"""AdaQP's adaptive bit-widths: per device pair and message group, from a variance–time MILP."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW
+from lightgraph.quant.bit_width_policy import BITS, BitWidthPolicy, check_bits
+from lightgraph.quant.cost_model import DEFAULT_PROFILE_SIZES, CommCostModel, ring_schedule
+from lightgraph.quant.milp_assignment import (
+    METHODS,
+    NORMALIZATIONS,
+    BitAssignment,
+    group_messages,
+    solve_bit_assignment,
+)
+
+log = logging.getLogger(__name__)
+
+#: How a layer weighs a received halo row in its aggregation (see :func:`aggregation_coefficients`).
+AGGREGATIONS: tuple[str, ...] = ("gcn", "mean", "sum")
+DIRECTIONS: tuple[str, ...] = ("forward", "backward")
+
+Key = tuple[str, str]  # (layer, direction)
+Pair = tuple[int, int]  # (owner, holder) of the rows of a message
+
+
+def aggregation_coefficients(plan: PartitionPlan, aggregation: str) -> Tensor:
+    """:math:`\\sum_v \\alpha^2_{k,v}` of every halo row ``k`` over the inner nodes ``v`` that aggregate it.
+
+    The coefficients are the receiver's: ``"gcn"`` uses the symmetric GCN weights
+    :math:`1/\\sqrt{\\tilde d_k \\tilde d_v}` from global degrees (what
+    :class:`~lightgraph.nn.PartitionAware` feeds GCN layers), ``"mean"`` weighs every
+    in-edge of ``v`` by :math:`1/\\deg(v)` (GraphSAGE's mean; also used for attention,
+    whose weights average :math:`1/\\deg(v)`), ``"sum"`` by 1. Parallel edges add up to
+    one coefficient before squaring, as they do in the aggregation.
+
+    Returns:
+        ``[num_halo]`` float64.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(
+            f"aggregation_coefficients: expected `aggregation` to be one of {AGGREGATIONS} but got "
+            f"{aggregation!r}."
+        )
+    key = ("alpha2", aggregation)
+    cached = plan._cache.get(key)
+    if cached is not None:
+        return cached
+    if aggregation == "gcn":
+        (src, dst), weight = plan.gcn_edge_index(torch.float64)
+    else:
+        src, dst = plan.edge_index
+        weight = torch.ones(src.numel(), dtype=torch.float64, device=src.device)
+        if aggregation == "mean":
+            deg = torch.bincount(dst, minlength=plan.num_inner).to(torch.float64)
+            weight = weight / deg[dst]
+    halo = src >= plan.num_inner
+    src, dst, weight = src[halo], dst[halo], weight[halo]
+    # Coalesce parallel edges: their coefficients add before squaring.
+    pair_id, inverse = torch.unique(src * plan.num_inner + dst, return_inverse=True)
+    alpha = torch.zeros(pair_id.numel(), dtype=torch.float64, device=src.device)
+    alpha.index_add_(0, inverse, weight)
+    out = torch.zeros(plan.num_halo, dtype=torch.float64, device=src.device)
+    out.index_add_(0, pair_id // plan.num_inner - plan.num_inner, alpha.square())
+    plan._cache[key] = out
+    return out
+
+
+@dataclass
+class AssignmentReport:
+    """What one re-assignment did (rank 0 solved it; every rank holds a copy)."""
+
+    epoch: int | None
+    seconds: float  # wall clock of the whole re-assignment (gather, solve, broadcast)
+    solve_seconds: dict[str, float] = field(default_factory=dict)  # per "layer/direction"
+    status: dict[str, str] = field(default_factory=dict)
+    histogram: dict[str, dict[int, int]] = field(default_factory=dict)  # rows per width
+    predicted_seconds: dict[str, float] = field(default_factory=dict)  # time term Z
+    predicted_seconds_max_bits: dict[str, float] = field(default_factory=dict)
+
+
+def _pair_rows(
+    contributions: Sequence[Mapping[Key, Any]], key: Key
+) -> dict[Pair, tuple[np.ndarray, np.ndarray]] | None:
+    """Merge the ranks' traces of one layer/direction into ``(range², Σα²)`` per pair."""
+    world = len(contributions)
+    layer, direction = key
+    if any(key not in c for c in contributions):
+        return None
+    out: dict[Pair, tuple[np.ndarray, np.ndarray]] = {}
+    for owner in range(world):
+        for holder in range(world):
+            if owner == holder:
+                continue
+            if direction == "forward":  # owner sends its rows; the holder aggregates them
+                ranges = contributions[owner][key]["ranges2"][holder]
+                alpha2 = contributions[holder][key]["alpha2"][owner]
+            else:  # the holder sends halo gradients back; the owner adds them (coefficient 1)
+                ranges = contributions[holder][key]["ranges2"][owner]
+                alpha2 = np.ones_like(ranges)
+            if ranges.shape != alpha2.shape:
+                raise RuntimeError(
+                    f"VarianceAwareBits: traces of {layer}/{direction} disagree on the rows of pair "
+                    f"{owner}->{holder}: {ranges.shape[0]} vs {alpha2.shape[0]} rows."
+                )
+            out[(owner, holder)] = (ranges, alpha2)
+    return out
+
+
+def solve_exchange(
+    rows: Mapping[Pair, tuple[np.ndarray, np.ndarray]],
+    dim: int,
+    direction: str,
+    cost_model: CommCostModel,
+    world_size: int,
+    ring: bool = True,
+    bits: Sequence[int] = (2, 4, 8),
+    lam: float = 0.5,
+    group_size: int = 100,
+    time_limit: float = 5.0,
+    mip_rel_gap: float = 1e-3,
+    method: str = "milp",
+    normalization: str = "nadir_utopia",
+) -> tuple[dict[Pair, np.ndarray], BitAssignment, float]:
+    """AdaQP Eq. 12 for one layer and direction of a whole exchange.
+
+    Every message row ``k`` (a node of ``owner`` held as a halo row by ``holder``) gets
+    :math:`\\beta_k = \\sum_v \\alpha^2_{k,v} D (\\max h_k - \\min h_k)^2 / 6`; the rows of
+    every pair are sorted by β and grouped (:func:`group_messages`), and
+    :func:`solve_bit_assignment` picks one width per group. Data flows ``owner -> holder``
+    forward and ``holder -> owner`` backward; with ``ring`` the pairs are grouped into
+    the rounds of the ring all-to-all and the time term is the sum of the rounds'
+    makespans. Per-row scale/zero bytes enter γ.
+
+    Args:
+        rows: ``(range², Σα²)`` arrays (one entry per row, in message order) per
+            ``(owner, holder)``.
+        dim: feature dimension :math:`D` of a row.
+
+    Returns:
+        ``(row_bits per pair, solver result, makespan with every group at max(bits))``.
+    """
+    if ring:
+        pairs, rounds = ring_schedule(world_size)
+        round_of_pair: list[int] | None = rounds
+    else:
+        pairs = [(s, d) for s in range(world_size) for d in range(world_size) if s != d]
+        round_of_pair = None
+    pair_id = {p: i for i, p in enumerate(pairs)}
+    theta, gamma = cost_model.params(pairs)
+    gamma = gamma.copy()
+    betas, dims, pair_of_group, layout = [], [], [], []
+    offset = 0
+    for (owner, holder), (ranges2, alpha2) in sorted(rows.items()):
+        n = ranges2.shape[0]
+        if n == 0:
+            continue
+        flow = (owner, holder) if direction == "forward" else (holder, owner)
+        i = pair_id[flow]
+        gamma[i] += theta[i] * 8 * PARAM_BYTES_PER_ROW * n
+        beta = torch.from_numpy(alpha2 * float(dim) * ranges2 / 6.0)
+        gid, gbeta = group_messages(beta, group_size)
+        betas.append(gbeta.numpy())
+        dims.append(torch.bincount(gid, minlength=gbeta.numel()).numpy() * float(dim))
+        pair_of_group.append(np.full(gbeta.numel(), i, dtype=np.int64))
+        layout.append(((owner, holder), gid.numpy() + offset))
+        offset += gbeta.numel()
+    if not betas:
+        raise ValueError("solve_exchange: no message rows to assign.")
+    result = solve_bit_assignment(
+        np.concatenate(betas),
+        np.concatenate(dims),
+        np.concatenate(pair_of_group),
+        theta,
+        gamma,
+        lam=lam,
+        bits=bits,
+        time_limit=time_limit,
+        mip_rel_gap=mip_rel_gap,
+        normalization=normalization,
+        round_of_pair=round_of_pair,
+        fallback="greedy",
+        method=method,
+    )
+    out = {pair: result.bits[gid].astype(np.int8) for pair, gid in layout}
+    for pair, (ranges2, _) in rows.items():
+        out.setdefault(pair, np.zeros(0, dtype=np.int8))
+    # The uniform-widest time, to report what the assignment saves.
+    all_dims = np.concatenate(dims)
+    all_pairs = np.concatenate(pair_of_group)
+    per_pair = (
+        theta * np.bincount(all_pairs, weights=all_dims, minlength=len(pairs)) * max(bits) + gamma
+    )
+    if round_of_pair is None:
+        widest = float(per_pair.max())
+    else:
+        r = np.asarray(round_of_pair)
+        widest = float(sum(per_pair[r == k].max() for k in range(r.max() + 1)))
+    return out, result, widest
+
+
+class VarianceAwareBits(BitWidthPolicy):
+    """AdaQP (MLSys'23, §4): adaptive widths per device pair and message group.
+
+    Every message between two ranks (one layer, one direction) adds
+    :math:`\\beta_k / (2^{b_k} - 1)^2` to the variance of the weight gradients, with
+    :math:`\\beta_k = \\sum_v \\alpha^2_{k,v} D_k (\\max h_k - \\min h_k)^2 / 6` (Theorem 3),
+    and makes its pair's transfer :math:`\\theta_i D_k b_k` seconds longer. Periodically
+    (:class:`~lightgraph.callbacks.BitWidthReassigner`, AdaQP's default every 50 epochs)
+    the policy
+
+    1. traces the rows each rank sends during one training epoch (the value range of
+       every row; :attr:`tracing`) and computes the receivers' aggregation coefficients
+       :math:`\\sum_v \\alpha^2_{k,v}` from the plan (:func:`aggregation_coefficients`;
+       gradients sent back are added with coefficient 1, since the holder already
+       applied the coefficients before sending);
+    2. gathers them on rank 0, which sorts each pair's messages by β, cuts them into
+       groups of ``group_size`` and solves the bi-objective MILP of Eq. 12 per layer and
+       direction (:func:`~lightgraph.quant.solve_bit_assignment`, HiGHS), the problems
+       in parallel threads;
+    3. broadcasts the per-row widths, so sender and receiver agree without metadata.
+
+    Until the first assignment every row is sent with ``initial_bits`` (AdaQP: 8).
+
+    The pair costs :math:`\\theta_i, \\gamma_i` come from ``cost_model``: ``None``
+    profiles real transfers at start-up (:meth:`CommCostModel.profile
+    <lightgraph.quant.CommCostModel.profile>`, about a second), reusing
+    ``cost_model_path`` if that file exists for the same world size and writing it
+    otherwise; a path loads a saved model; a mapping ``{theta: ..., gamma: ...}`` (seconds
+    per bit, seconds; scalars or matrices) or a :class:`~lightgraph.quant.CommCostModel`
+    overrides profiling.
+
+    AdaQP's sensitivity study (§5.4, Fig. 11): the smallest group size (50) gave the best
+    accuracy at a larger assignment cost; λ = 0 (time only) and λ = 1 (variance only) were
+    both worse than a mix (0.5); a moderate period (50 epochs) was best.
+
+    Args:
+        bits: candidate widths (AdaQP: 2, 4, 8).
+        lam: λ of Eq. 12 in [0, 1].
+        group_size: messages per group (Appendix B uses 100–2000 by graph size).
+        initial_bits: width of every row before the first assignment.
+        time_limit: HiGHS time limit per problem, seconds.
+        mip_rel_gap: HiGHS relative gap.
+        method: ``"milp"`` (HiGHS) or ``"greedy"`` (fast heuristic).
+        normalization: scaling of the two objectives (see
+            :func:`~lightgraph.quant.solve_bit_assignment`).
+        cost_model: ``None`` (profile), a JSON path, a mapping or a ``CommCostModel``.
+        cost_model_path: where a profiled model is cached (``None``: not cached).
+        profile_sizes: message sizes (bytes) timed when profiling.
+        num_workers: threads solving layers in parallel on rank 0 (``None``: one per CPU,
+            at most one per problem).
+    """
+
+    def __init__(
+        self,
+        bits: Sequence[int] = (2, 4, 8),
+        lam: float = 0.5,
+        group_size: int = 100,
+        initial_bits: int = 8,
+        time_limit: float = 5.0,
+        mip_rel_gap: float = 1e-3,
+        method: str = "milp",
+        normalization: str = "nadir_utopia",
+        cost_model: CommCostModel | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        cost_model_path: str | os.PathLike[str] | None = None,
+        profile_sizes: Sequence[int] = DEFAULT_PROFILE_SIZES,
+        num_workers: int | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        bits = tuple(bits)
+        if not bits:
+            raise ValueError(f"{owner}: expected a non-empty `bits` from {BITS} but got {bits!r}.")
+        for b in bits:
+            check_bits(owner, "bits", b)
+        super().__init__(check_bits(owner, "initial_bits", initial_bits))
+        if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0.0 <= lam <= 1.0:
+            raise ValueError(f"{owner}: expected `lam` in [0, 1] but got {lam!r}.")
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(
+                f"{owner}: expected `group_size` to be a positive integer but got {group_size!r}."
+            )
+        if method not in METHODS:
+            raise ValueError(
+                f"{owner}: expected `method` to be one of {METHODS} but got {method!r}."
+            )
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"{owner}: expected `normalization` to be one of {NORMALIZATIONS} but got {normalization!r}."
+            )
+        if not (
+            isinstance(time_limit, int | float) and math.isfinite(time_limit) and time_limit > 0
+        ):
+            raise ValueError(
+                f"{owner}: expected `time_limit` > 0 (seconds) but got {time_limit!r}."
+            )
+        if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
+            raise ValueError(
+                f"{owner}: expected `num_workers` >= 1 or None but got {num_workers!r}."
+            )
+        if cost_model is not None and not isinstance(
+            cost_model, CommCostModel | Mapping | str | os.PathLike
+        ):
+            raise TypeError(
+                f"{owner}: expected `cost_model` to be None, a path, a mapping {{theta, gamma}} or a "
+                f"CommCostModel but got {type(cost_model).__name__}."
+            )
+        self.bits = tuple(sorted(set(bits)))
+        self.lam = float(lam)
+        self.group_size = group_size
+        self.initial_bits = initial_bits
+        self.time_limit = float(time_limit)
+        self.mip_rel_gap = float(mip_rel_gap)
+        self.method = method
+        self.normalization = normalization
+        self.cost_model_spec = cost_model
+        self.cost_model_path = None if cost_model_path is None else os.fspath(cost_model_path)
+        self.profile_sizes = tuple(profile_sizes)
+        self.num_workers = num_workers
+        self.cost_model: CommCostModel | None = (
+            cost_model if isinstance(cost_model, CommCostModel) else None
+        )
+        self.version = 0
+        self.tracing = False
+        #: per (layer, direction): per (owner, holder): widths of the pair's rows (int8)
+        self.assignment: dict[Key, dict[Pair, np.ndarray]] = {}
+        self.reports: list[AssignmentReport] = []
+        self._traces: dict[Key, dict[str, Any]] = {}
+        self._plan: PartitionPlan | None = None
+        self._exchanger: Any = None
+
+    # --------------------------------------------------------------- BitWidthPolicy API
+    def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
+        raise TypeError(
+            "VarianceAwareBits: widths depend on the device pair a row travels between, not on the "
+            "node alone; use message_bits(plan, layer, direction)."
+        )
+
+    def message_bits(
+        self, plan: PartitionPlan, layer: str, direction: str
+    ) -> tuple[Tensor, Tensor]:
+        device = plan.send_index.device
+        table = self.assignment.get((layer, direction))
+        if table is None:
+            return (
+                torch.full(
+                    (plan.send_index.numel(),), self.initial_bits, dtype=torch.long, device=device
+                ),
+                torch.full((plan.num_halo,), self.initial_bits, dtype=torch.long, device=device),
+            )
+        me = plan.rank
+        send = [table[(me, q)] for q in range(plan.num_parts) if q != me]
+        recv = [table[(q, me)] for q in range(plan.num_parts) if q != me]
+        send_bits = torch.from_numpy(np.concatenate(send) if send else np.zeros(0, np.int8))
+        recv_bits = torch.from_numpy(np.concatenate(recv) if recv else np.zeros(0, np.int8))
+        if send_bits.numel() != plan.send_index.numel() or recv_bits.numel() != plan.num_halo:
+            raise RuntimeError(
+                f"VarianceAwareBits: the assignment of {layer}/{direction} has {send_bits.numel()} sent and "
+                f"{recv_bits.numel()} received rows, the plan {plan.send_index.numel()} and {plan.num_halo}; "
+                f"was it made for another partitioning?"
+            )
+        return send_bits.long().to(device), recv_bits.long().to(device)
+
+    def setup(self, exchanger: Any) -> None:
+        """Build the cost model (collective when profiling)."""
+        self._exchanger = exchanger
+        if self.cost_model is not None:
+            return
+        group = exchanger.group
+        world = dist.get_world_size(group)
+        spec = self.cost_model_spec
+        if isinstance(spec, Mapping):
+            self.cost_model = CommCostModel.from_config(
+                spec.get("theta"), spec.get("gamma", 0.0), world_size=world
+            )
+        elif isinstance(spec, str | os.PathLike):
+            self.cost_model = CommCostModel.load(spec)
+        else:
+            path = self.cost_model_path
+            cached = None
+            if path is not None and os.path.exists(path):
+                cached = CommCostModel.load(path)
+                if cached.world_size != world:
+                    cached = None
+            if cached is not None:
+                self.cost_model = cached
+            else:
+                tic = time.perf_counter()
+                self.cost_model = CommCostModel.profile(group, sizes_bytes=self.profile_sizes)
+                log.info(
+                    "VarianceAwareBits: profiled %s in %.2fs",
+                    self.cost_model,
+                    time.perf_counter() - tic,
+                )
+                if path is not None and dist.get_rank(group) == 0:
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                    self.cost_model.save(path)
+        if self.cost_model.world_size != world:
+            raise ValueError(
+                f"VarianceAwareBits: the cost model is for {self.cost_model.world_size} ranks but the "
+                f"exchange has {world}."
+            )
+
+    def observe(
+        self, plan: PartitionPlan, layer: str, direction: str, rows: Tensor, aggregation: str
+    ) -> None:
+        """Record the value range of every sent row (and the receiver-side coefficients)."""
+        self._plan = plan
+        flat = rows.detach().reshape(rows.size(0), -1)
+        if flat.size(0):
+            ranges2 = (flat.amax(1) - flat.amin(1)).double().square().cpu().numpy()
+        else:
+            ranges2 = np.zeros(0)
+        counts = plan.send_counts if direction == "forward" else plan.halo_counts
+        splits = np.split(ranges2, np.cumsum(counts)[:-1])
+        entry: dict[str, Any] = {
+            "dim": int(flat.size(1)),
+            "ranges2": {q: splits[q] for q in range(plan.num_parts) if q != plan.rank},
+        }
+        if direction == "forward":
+            alpha2 = aggregation_coefficients(plan, aggregation).cpu().numpy()
+            parts = np.split(alpha2, np.cumsum(plan.halo_counts)[:-1])
+            entry["alpha2"] = {q: parts[q] for q in range(plan.num_parts) if q != plan.rank}
+        self._traces[(layer, direction)] = entry
+
+    # ------------------------------------------------------------------ re-assignment
+    def reassign(
+        self,
+        group: dist.ProcessGroup | None = None,
+        transport: str | None = None,
+        epoch: int | None = None,
+    ) -> AssignmentReport:
+        """Solve new widths from the traces (collective: every rank of the exchange calls it).
+
+        Layers/directions without a trace on every rank keep their widths. Clears the
+        traces and bumps :attr:`version`.
+        """
+        tic = time.perf_counter()
+        if self._exchanger is not None:
+            group = self._exchanger.group if group is None else group
+            transport = self._exchanger.transport if transport is None else transport
+        world = dist.get_world_size(group)
+        rank = dist.get_rank(group)
+        root = 0 if group is None else dist.get_global_rank(group, 0)
+        if self.cost_model is None:
+            raise RuntimeError(
+                "VarianceAwareBits.reassign: no cost model; the strategy calls setup() at start-up "
+                "(or pass `cost_model`)."
+            )
+        gathered: list[Any] | None = [None] * world if rank == 0 else None
+        dist.gather_object(self._traces, gathered, dst=root, group=group)
+        payload: list[Any] = [None]
+        if rank == 0:
+            assert gathered is not None
+            payload[0] = self._solve_all(gathered, world, transport != "all_to_all", epoch)
+        dist.broadcast_object_list(payload, src=root, group=group)
+        table, report = payload[0]
+        self.assignment.update(table)
+        report.seconds = time.perf_counter() - tic
+        self.reports.append(report)
+        self._traces = {}
+        self.version += 1
+        return report
+
+    def _solve_all(
+        self, contributions: list[Mapping[Key, Any]], world: int, ring: bool, epoch: int | None
+    ) -> tuple[dict[Key, dict[Pair, np.ndarray]], AssignmentReport]:
+        keys = sorted({k for c in contributions for k in c})
+        jobs = []
+        for key in keys:
+            rows = _pair_rows(contributions, key)
+            if rows is None or not any(r[0].size for r in rows.values()):
+                continue
+            dim = contributions[0][key]["dim"]
+            jobs.append((key, rows, dim))
+        assert self.cost_model is not None
+
+        def run(
+            job: tuple[Key, Any, int],
+        ) -> tuple[Key, dict[Pair, np.ndarray], BitAssignment, float]:
+            key, rows, dim = job
+            out, result, widest = solve_exchange(
+                rows,
+                dim,
+                key[1],
+                self.cost_model,
+                world,
+                ring=ring,
+                bits=self.bits,
+                lam=self.lam,
+                group_size=self.group_size,
+                time_limit=self.time_limit,
+                mip_rel_gap=self.mip_rel_gap,
+                method=self.method,
+                normalization=self.normalization,
+            )
+            return key, out, result, widest
+
+        workers = self.num_workers or os.cpu_count() or 1
+        workers = max(1, min(workers, len(jobs)))
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(run, jobs))
+        else:
+            results = [run(job) for job in jobs]
+        table: dict[Key, dict[Pair, np.ndarray]] = {}
+        report = AssignmentReport(epoch=epoch, seconds=0.0)
+        for key, out, result, widest in results:
+            name = f"{key[0]}/{key[1]}"
+            table[key] = out
+            allbits = np.concatenate(list(out.values())) if out else np.zeros(0, np.int8)
+            report.histogram[name] = {b: int((allbits == b).sum()) for b in self.bits}
+            report.solve_seconds[name] = result.solve_seconds
+            report.status[name] = result.status
+            report.predicted_seconds[name] = result.time_term
+            report.predicted_seconds_max_bits[name] = widest
+        return table, report
+
+    def histogram(self) -> dict[str, dict[int, int]]:
+        """Rows per width for every layer/direction (current widths; all ranks' messages)."""
+        return {
+            f"{layer}/{direction}": {
+                b: int(sum((bits == b).sum() for bits in table.values())) for b in self.bits
+            }
+            for (layer, direction), table in sorted(self.assignment.items())
+        }
+
+    # ---------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "assignment": {
+                f"{layer}\x1f{direction}": {
+                    f"{o}-{h}": torch.from_numpy(bits.copy()) for (o, h), bits in table.items()
+                }
+                for (layer, direction), table in self.assignment.items()
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        assignment: dict[Key, dict[Pair, np.ndarray]] = {}
+        for name, table in state["assignment"].items():
+            layer, direction = name.split("\x1f")
+            assignment[(layer, direction)] = {
+                (int(k.split("-")[0]), int(k.split("-")[1])): torch.as_tensor(v)
+                .numpy()
+                .astype(np.int8)
+                for k, v in table.items()
+            }
+        self.assignment = assignment
+        self.version = int(state["version"])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(bits={self.bits}, lam={self.lam}, group_size={self.group_size}, "
+            f"initial_bits={self.initial_bits}, method={self.method!r})"
+        )
