@@ -197,7 +197,7 @@ def solve_exchange(
         method=method,
     )
     out = {pair: result.bits[gid].astype(np.int8) for pair, gid in layout}
-    for pair, (ranges2, _) in rows.items():
+    for pair in rows:
         out.setdefault(pair, np.zeros(0, dtype=np.int8))
     # The uniform-widest time, to report what the assignment saves.
     all_dims = np.concatenate(dims)
@@ -339,8 +339,8 @@ class VarianceAwareBits(BitWidthPolicy):
         self.assignment: dict[Key, dict[Pair, np.ndarray]] = {}
         self.reports: list[AssignmentReport] = []
         self._traces: dict[Key, dict[str, Any]] = {}
-        self._plan: PartitionPlan | None = None
         self._exchanger: Any = None
+        self.last_problems: dict[Key, tuple[dict[Pair, tuple[np.ndarray, np.ndarray]], int]] = {}
 
     # --------------------------------------------------------------- BitWidthPolicy API
     def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
@@ -418,7 +418,6 @@ class VarianceAwareBits(BitWidthPolicy):
         self, plan: PartitionPlan, layer: str, direction: str, rows: Tensor, aggregation: str
     ) -> None:
         """Record the value range of every sent row (and the receiver-side coefficients)."""
-        self._plan = plan
         flat = rows.detach().reshape(rows.size(0), -1)
         if flat.size(0):
             ranges2 = (flat.amax(1) - flat.amin(1)).double().square().cpu().numpy()
@@ -486,6 +485,8 @@ class VarianceAwareBits(BitWidthPolicy):
                 continue
             dim = contributions[0][key]["dim"]
             jobs.append((key, rows, dim))
+        #: rank 0 only: the merged ``(range², Σα²)`` rows and dims of the last solve
+        self.last_problems = {key: (rows, dim) for key, rows, dim in jobs}
         assert self.cost_model is not None
 
         def run(
