@@ -27,24 +27,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
-import glob
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 
-import yaml
+from harness import column, fit, link_down, link_up
+from harness import strategy as _strategy
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORLD = 4
-
-
-def _strategy(**init_args: object) -> dict:
-    return {"class_path": "lightgraph.strategies.BoundaryExchangeStrategy", "init_args": init_args}
 
 
 def _callbacks(*extra: dict) -> list[dict]:
@@ -121,109 +111,29 @@ def methods() -> list[tuple[str, str, dict | None]]:
 def run(
     name: str, recipe: str, override: dict | None, args: argparse.Namespace, workdir: str
 ) -> dict:
-    config = [os.path.join(ROOT, "recipes", recipe)]
-    if override is not None:
-        path = os.path.join(workdir, f"{name}.yaml")
-        with open(path, "w") as f:
-            yaml.safe_dump(override, f)
-        config.append(path)
-    common = [
-        sys.executable,
-        "-m",
-        "lightgraph",
-        "fit",
-        *[a for c in config for a in ("--config", c)],
-        f"--trainer.max_epochs={args.epochs}",
-        f"--trainer.logger.init_args.save_dir={workdir}",
-        f"--trainer.logger.init_args.name={name}",
-        f"--data.init_args.dataset.init_args.num_nodes={args.num_nodes}",
-        f"--data.init_args.cache_dir={os.path.join(workdir, 'cache')}",
-        "--trainer.enable_checkpointing=false",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    start = time.perf_counter()
-    if name == "single" or args.network == "loopback":
-        procs = [
-            subprocess.Popen(
-                common,
-                cwd=workdir,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        ]
-    else:
-        procs = []
-        port = str(29600 + len(glob.glob(os.path.join(workdir, "*.yaml"))))
-        for r in range(WORLD):
-            rank_env = {
-                **env,
-                "MASTER_ADDR": "10.77.0.1",
-                "MASTER_PORT": port,
-                "NODE_RANK": str(r),
-                "LOCAL_RANK": "0",
-                "WORLD_SIZE": str(WORLD),
-                "GLOO_SOCKET_IFNAME": f"lgv{r}",
-            }
-            cmd = [
-                "ip",
-                "netns",
-                "exec",
-                f"lgns{r}",
-                "env",
-                *[
-                    f"{k}={v}"
-                    for k, v in rank_env.items()
-                    if k
-                    in (
-                        "MASTER_ADDR",
-                        "MASTER_PORT",
-                        "NODE_RANK",
-                        "LOCAL_RANK",
-                        "WORLD_SIZE",
-                        "GLOO_SOCKET_IFNAME",
-                        "OMP_NUM_THREADS",
-                    )
-                ],
-                *common,
-                f"--trainer.num_nodes={WORLD}",
-                "--trainer.devices=1",
-            ]
-            procs.append(
-                subprocess.Popen(
-                    cmd,
-                    cwd=workdir,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-    outs = [p.communicate() for p in procs]
-    wall = time.perf_counter() - start
-    for p, (_, err) in zip(procs, outs, strict=True):
-        if p.returncode != 0:
-            raise RuntimeError(f"{name} failed:\n{err[-4000:]}")
-    (metrics_file,) = glob.glob(os.path.join(workdir, name, "version_*", "metrics.csv"))
-    with open(metrics_file) as f:
-        rows = list(csv.DictReader(f))
-
-    def column(key: str) -> list[float]:
-        return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
-
+    rows, wall = fit(
+        name,
+        recipe,
+        override,
+        workdir,
+        epochs=args.epochs,
+        num_nodes=args.num_nodes,
+        network=args.network,
+        world=WORLD,
+        single=name == "single",
+    )
     warm = min(5, args.epochs - 1)
-    step = column("train_step_time")[warm:]
-    quant = column("comm/quant_seconds")[warm:]
-    comm = column("comm_bytes")[warm:]
-    bits = column("bitwidth")
+    step = column(rows, "train_step_time")[warm:]
+    quant = column(rows, "comm/quant_seconds")[warm:]
+    comm = column(rows, "comm_bytes")[warm:]
+    bits = column(rows, "bitwidth")
     return {
         "name": name,
         "epoch_time_s": statistics.median(step),
         "quant_share": statistics.median(quant) / statistics.median(step) if quant else 0.0,
         "bytes_per_epoch": statistics.mean(comm) if comm else 0.0,
-        "test_acc": column("test_acc")[-1],
-        "epochs": len(column("train_loss")),
+        "test_acc": column(rows, "test_acc")[-1],
+        "epochs": len(column(rows, "train_loss")),
         "final_bits": bits[-1] if bits else None,
         "wall_s": wall,
     }
@@ -239,9 +149,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
 
-    link = os.path.join(ROOT, "benchmarks", "netns_link.sh")
     if args.network == "netns":
-        subprocess.run(["bash", link, "up", str(WORLD), args.rate], check=True)
+        link_up(WORLD, args.rate)
     results = []
     try:
         with tempfile.TemporaryDirectory() as workdir:
@@ -252,7 +161,7 @@ def main() -> None:
                 print(json.dumps(results[-1]), flush=True)
     finally:
         if args.network == "netns":
-            subprocess.run(["bash", link, "down", str(WORLD)], check=False)
+            link_down(WORLD)
 
     vanilla = next((r for r in results if r["name"] == "vanilla"), None)
     net = f"{args.rate} link (network namespaces)" if args.network == "netns" else "loopback"
