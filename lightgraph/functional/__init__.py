@@ -1,4 +1,4 @@
-"""Pure functions and autograd functions: halo exchange, quantisation, byte accounting."""
+"""Pure functions and autograd functions: halo exchange, sequence parallelism, quantisation, byte accounting."""
 
 from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.halo_exchange import (
@@ -21,6 +21,7 @@ from lightgraph.functional.quantize import (
     unpack_codes,
     unpack_rows,
 )
+from lightgraph.functional.sequence_parallel import SequenceParallel, shard_range, shard_sizes
 
 __all__ = [
     "BITS",
@@ -30,6 +31,7 @@ __all__ = [
     "ExchangeStats",
     "PendingExchange",
     "QuantizedRows",
+    "SequenceParallel",
     "dequantize",
     "exchange_rows",
     "halo_exchange",
@@ -37,6 +39,8 @@ __all__ = [
     "pack_rows",
     "packed_nbytes",
     "quantize",
+    "shard_range",
+    "shard_sizes",
     "start_exchange_rows",
     "unpack_codes",
     "unpack_rows",
