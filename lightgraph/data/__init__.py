@@ -1,6 +1,8 @@
 """Graphs, partitioners, partition plans and data modules."""
 
 from lightgraph.data.graph_dataset import GraphDataset, validate_graph
+from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
+from lightgraph.data.node_sequence import NodeSequenceDataModule, TokenBatch
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partitioned_data_module import PartitionedGraphDataModule
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
@@ -8,6 +10,10 @@ from lightgraph.data.real_dataset import REAL_DATASETS, RealDataset
 from lightgraph.data.synthetic_graph import SyntheticGraph, generate_synthetic_graph
 
 __all__ = [
+    "GraphSetDataModule",
+    "NodeSequenceDataModule",
+    "SyntheticGraphSet",
+    "TokenBatch",
     "PARTITION_METHODS",
     "GraphDataset",
     "PartitionPlan",

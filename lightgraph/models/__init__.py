@@ -1,5 +1,6 @@
 """LightningModules."""
 
+from lightgraph.models.graph_transformer_module import GraphTransformerModule
 from lightgraph.models.node_classifier import NodeClassifier
 
-__all__ = ["NodeClassifier"]
+__all__ = ["GraphTransformerModule", "NodeClassifier"]

@@ -1,0 +1,255 @@
+"""NodeSequenceDataModule: METIS order, sequences, attention patterns, buckets, shards."""
+
+from __future__ import annotations
+
+from collections import deque
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lightgraph.data.node_sequence import (
+    EDGE_BUCKET,
+    FAR_BUCKET,
+    GLOBAL_BUCKET,
+    SELF_BUCKET,
+    NodeSequenceDataModule,
+    build_sequence,
+    distance_buckets,
+    metis_order,
+    num_buckets,
+)
+from lightgraph.data.partitioner import partition_graph
+from lightgraph.data.synthetic_graph import SyntheticGraph
+from lightgraph.functional.sequence_parallel import shard_range
+
+NUM_NODES, LENGTH = 150, 64
+
+
+def _dataset() -> SyntheticGraph:
+    return SyntheticGraph(num_nodes=NUM_NODES, avg_degree=5, num_features=4, num_classes=3, seed=1)
+
+
+def _fake_trainer(world_size: int, rank: int, model=None) -> SimpleNamespace:
+    sp = SimpleNamespace(world_size=world_size, rank=rank)
+    return SimpleNamespace(
+        strategy=SimpleNamespace(sequence_parallel=sp),
+        lightning_module=model,
+        global_rank=rank,
+        world_size=world_size,
+    )
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> NodeSequenceDataModule:
+    dm = NodeSequenceDataModule(
+        _dataset(),
+        sequence_length=LENGTH,
+        laplacian_pe=3,
+        cache_dir=str(tmp_path_factory.mktemp("cache")),
+    )
+    dm.prepare_data()
+    dm.setup()
+    return dm
+
+
+def test_metis_order_makes_parts_contiguous() -> None:
+    data = _dataset().load()
+    order = metis_order(data.edge_index, NUM_NODES, 6)
+    part = partition_graph(data.edge_index, NUM_NODES, 6, "metis")
+    assert torch.equal(torch.sort(order).values, torch.arange(NUM_NODES))
+    ordered = part[order]
+    assert bool((ordered[1:] >= ordered[:-1]).all())  # every part is one contiguous range
+    same = ordered[1:] == ordered[:-1]
+    assert bool((order[1:][same] > order[:-1][same]).all())  # by id inside a part
+
+
+def test_sequences_cover_every_node_once(full) -> None:
+    lengths = [item.num_tokens - 1 for item in full.sequences]
+    assert lengths == [LENGTH, LENGTH, NUM_NODES - 2 * LENGTH]
+    ids = torch.cat([item.node_ids[1:] for item in full.sequences])
+    assert torch.equal(torch.sort(ids).values, torch.arange(NUM_NODES))
+    for item in full.sequences:
+        assert item.node_ids[0] == -1 and bool(item.is_global[0]) and not item.is_global[1:].any()
+        assert not item.x[0].any()
+        for name in ("train_mask", "val_mask", "test_mask"):
+            mask = getattr(item, name)
+            assert not mask[0]  # the global token is never labelled
+            assert item.global_counts[name] == int(mask.sum())
+    data = _dataset().load()
+    item = full.sequences[1]
+    assert torch.equal(item.x[1:], data.x[item.node_ids[1:]])
+    assert torch.equal(item.y[1:], data.y[item.node_ids[1:]])
+
+
+def test_pattern_is_the_induced_subgraph_plus_self_loops_and_global_edges(full) -> None:
+    data = _dataset().load()
+    edges = {tuple(e) for e in data.edge_index.t().tolist() if e[0] != e[1]}
+    for item in full.sequences:
+        graph = item.graph
+        graph.validate()
+        S = graph.num_tokens
+        src, dst = graph.edge_index
+        key = dst * S + src
+        assert bool((key[1:] > key[:-1]).all())  # sorted by query then key, no duplicates
+        ids = item.node_ids
+        expected = {}
+        for j in range(1, S):
+            for i in range(1, S):
+                if (int(ids[j]), int(ids[i])) in edges:
+                    expected[(j, i)] = EDGE_BUCKET
+        for t in range(S):
+            expected[(t, t)] = SELF_BUCKET
+        for t in range(1, S):
+            expected[(0, t)] = expected[(t, 0)] = GLOBAL_BUCKET
+        pairs = zip(src.tolist(), dst.tolist(), strict=True)
+        got = dict(zip(pairs, graph.edge_bucket.tolist(), strict=True))
+        assert got == expected
+        assert graph.far_bucket == FAR_BUCKET
+        assert item.num_buckets == num_buckets(5) == 9
+        local = graph.edge_index[:, graph.edge_bucket == EDGE_BUCKET]
+        assert torch.equal(item.in_degree[1:], torch.bincount(local[1] - 1, minlength=S - 1))
+        assert torch.equal(item.out_degree[1:], torch.bincount(local[0] - 1, minlength=S - 1))
+        assert item.in_degree[0] == item.out_degree[0] == 0
+
+
+def _bfs_buckets(edge_index: torch.Tensor, n: int, max_distance: int) -> torch.Tensor:
+    out_edges = [[] for _ in range(n)]
+    for j, i in edge_index.t().tolist():
+        out_edges[j].append(i)
+    buckets = torch.full((n, n), max_distance + 3, dtype=torch.long)
+    for source in range(n):
+        dist = {source: 0}
+        queue = deque([source])
+        while queue:
+            u = queue.popleft()
+            for v in out_edges[u]:
+                if v not in dist:
+                    dist[v] = dist[u] + 1
+                    queue.append(v)
+        for target, d in dist.items():
+            d = min(d, max_distance)
+            buckets[target, source] = d if d <= 1 else d + 2  # (query, key)
+    return buckets
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_dense_buckets_equal_brute_force_bfs(directed: bool) -> None:
+    gen = torch.Generator().manual_seed(3)
+    n = 14
+    path = torch.stack([torch.arange(9), torch.arange(1, 10)])  # a 9-hop chain: clipping
+    extra = torch.randint(0, n, (2, 6), generator=gen)
+    extra[:, extra[0] >= 10] = 10  # nodes 10..13: a separate component (or isolated)
+    edge_index = torch.cat([path, extra, torch.tensor([[11, 12], [12, 13]])], dim=1)
+    if not directed:
+        edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    expected = _bfs_buckets(edge_index, n, max_distance=4)
+    assert torch.equal(distance_buckets(edge_index, n, 4), expected)
+    assert (expected == 4 + 3).any() and (expected == 4 + 2).any()  # unreachable and clipped
+
+    item = build_sequence(torch.zeros(n, 2), edge_index, max_distance=4, dense_limit=64)
+    dense = item.graph.dense_bucket
+    assert torch.equal(dense[1:, 1:], expected)
+    assert dense[0, 0] == SELF_BUCKET
+    assert bool((dense[0, 1:] == GLOBAL_BUCKET).all() and (dense[1:, 0] == GLOBAL_BUCKET).all())
+    # On pattern entries the dense and the sparse buckets agree.
+    src, dst = item.graph.edge_index
+    assert torch.equal(dense[dst, src], item.graph.edge_bucket)
+    assert build_sequence(torch.zeros(n, 2), edge_index, dense_limit=n).graph.dense_bucket is None
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_shards_concatenate_to_the_full_sequence(full, world_size: int) -> None:
+    shards = []
+    for rank in range(world_size):
+        dm = NodeSequenceDataModule(
+            _dataset(), sequence_length=LENGTH, laplacian_pe=3, cache_dir=full.cache_dir
+        )
+        dm.trainer = _fake_trainer(world_size, rank)
+        dm.setup()
+        shards.append(dm.train_dataloader())
+    for s, whole in enumerate(full.sequences):
+        parts = [list(loader)[s] for loader in shards]
+        S = whole.num_tokens
+        assert S % world_size  # uneven shards (65 and 23 tokens)
+        for rank, part in enumerate(parts):
+            assert part.token_range == shard_range(S, world_size, rank)
+            assert (
+                part.is_sharded
+                and part.num_local_tokens == part.token_range[1] - part.token_range[0]
+            )
+            assert torch.equal(part.graph.edge_index, whole.graph.edge_index)
+            assert torch.equal(part.graph.edge_bucket, whole.graph.edge_bucket)
+            assert part.global_counts == whole.global_counts
+        for name in (
+            "x",
+            "y",
+            "is_global",
+            "in_degree",
+            "out_degree",
+            "train_mask",
+            "val_mask",
+            "test_mask",
+            "node_ids",
+            "lap_pe",
+        ):
+            joined = torch.cat([getattr(p, name) for p in parts])
+            assert torch.equal(joined, getattr(whole, name)), name
+
+
+def test_laplacian_pe_rows(full) -> None:
+    item = full.sequences[0]
+    assert item.lap_pe.shape == (item.num_tokens, 3)
+    assert not item.lap_pe[0].any() and item.lap_pe[1:].abs().sum() > 0
+    model = SimpleNamespace(model=SimpleNamespace(requires_laplacian_pe=True, pe_dim=5))
+    dm = NodeSequenceDataModule(_dataset(), sequence_length=LENGTH, cache_dir=full.cache_dir)
+    dm.trainer = _fake_trainer(1, 0, model)
+    assert dm._pe_dim() == 5
+
+
+def test_cache_is_reused(full) -> None:
+    dm = NodeSequenceDataModule(
+        _dataset(), sequence_length=LENGTH, laplacian_pe=3, cache_dir=full.cache_dir
+    )
+    dm.setup()  # no prepare_data: loads the cache the fixture wrote
+    assert dm.build_seconds == {}
+    for a, b in zip(dm.sequences, full.sequences, strict=True):
+        assert torch.equal(a.x, b.x) and torch.equal(a.graph.edge_index, b.graph.edge_index)
+    assert dm.sequences[0].to("cpu") is dm.sequences[0]
+
+
+def test_sequence_length_equal_to_the_graph_and_no_reorder(tmp_path) -> None:
+    dm = NodeSequenceDataModule(
+        _dataset(),
+        sequence_length=NUM_NODES,
+        reorder="none",
+        global_token=False,
+        dense_limit=NUM_NODES,
+        cache_dir=str(tmp_path),
+    )
+    dm.setup()
+    (item,) = dm.sequences
+    assert item.num_tokens == NUM_NODES and not item.is_global.any()
+    assert torch.equal(item.node_ids, torch.arange(NUM_NODES))
+    assert item.graph.dense_bucket is not None
+    assert not (item.graph.edge_bucket == GLOBAL_BUCKET).any()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match=r"`sequence_length` <= the number of nodes \(150\).*151"):
+        NodeSequenceDataModule(_dataset(), sequence_length=NUM_NODES + 1)
+    with pytest.raises(ValueError, match=r"`reorder` to be one of \('metis', 'none'\)"):
+        NodeSequenceDataModule(_dataset(), reorder="rcm")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`max_distance` to be an integer >= 2"):
+        NodeSequenceDataModule(_dataset(), sequence_length=10, max_distance=1)
+    with pytest.raises(TypeError, match="GraphDataset"):
+        NodeSequenceDataModule(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="single-label"):
+        NodeSequenceDataModule(SyntheticGraph(num_nodes=50, avg_degree=3, multilabel=True))
+
+
+def test_sequences_too_short_for_the_ranks(tmp_path) -> None:
+    dm = NodeSequenceDataModule(_dataset(), sequence_length=148, cache_dir=str(tmp_path))
+    dm.trainer = _fake_trainer(4, 0)
+    with pytest.raises(ValueError, match="3 tokens cannot be split over 4"):
+        dm.setup()

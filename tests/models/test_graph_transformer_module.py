@@ -1,0 +1,166 @@
+"""GraphTransformerModule: single-process fits, and graph parallelism equal to one process."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
+from lightgraph.data.node_sequence import NodeSequenceDataModule
+from lightgraph.data.synthetic_graph import SyntheticGraph
+from lightgraph.functional.sequence_parallel import SequenceParallel
+from lightgraph.models.graph_transformer_module import GraphTransformerModule
+from lightgraph.nn.graph_transformer import GT, Graphormer
+from lightgraph.strategies.graph_parallel import GraphParallelStrategy
+
+FEATURES, CLASSES = 8, 3
+
+
+class History(pl.Callback):
+    def __init__(self) -> None:
+        self.epochs: list[dict[str, float]] = []
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self.epochs.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+
+def _sequences(tmp_path) -> NodeSequenceDataModule:
+    graph = SyntheticGraph(
+        num_nodes=120, avg_degree=6, num_features=FEATURES, num_classes=CLASSES, seed=3
+    )
+    # Two sequences of 61 tokens (global token included): uneven shards on 2 ranks.
+    return NodeSequenceDataModule(graph, sequence_length=60, cache_dir=str(tmp_path / "cache"))
+
+
+def _trainer(tmp_path, epochs: int, devices: int = 1, callbacks=()) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy=GraphParallelStrategy(start_method="fork") if devices > 1 else "auto",
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+        default_root_dir=tmp_path,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_fit_node_sequences_single_process(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = Graphormer(FEATURES, CLASSES, hidden_channels=16, heads=4, num_layers=2, dropout=0.0)
+    module = GraphTransformerModule(model, num_classes=CLASSES, lr=1e-2)
+    history = History()
+    trainer = _trainer(tmp_path, epochs=8, callbacks=[history])
+    trainer.fit(module, _sequences(tmp_path))
+    losses = [e["train_loss"] for e in history.epochs]
+    assert losses[-1] < 0.7 * losses[0]
+    metrics = trainer.callback_metrics
+    for key in ("val_acc", "test_acc", "val_loss", "train_step_time", "attention_threshold"):
+        assert key in metrics, key
+    assert float(metrics["attention_dense"]) == 0.0  # sparse kind
+
+
+@pytest.mark.timeout(60)
+def test_fit_graph_set_single_process(tmp_path) -> None:
+    torch.manual_seed(0)
+    data = GraphSetDataModule(SyntheticGraphSet(num_graphs=96, num_features=4), batch_size=16)
+    model = GT(4, 2, hidden_channels=16, heads=4, num_layers=2, pe_dim=4, task="graph")
+    module = GraphTransformerModule(model, num_classes=2, task="graph", lr=5e-3, warmup_epochs=2)
+    history = History()
+    trainer = _trainer(tmp_path, epochs=6, callbacks=[history])
+    trainer.fit(module, data)
+    losses = [e["train_loss"] for e in history.epochs]
+    assert losses[-1] < losses[0]
+    assert "val_acc" in trainer.callback_metrics
+    trainer.test(module, data, verbose=False)
+    assert "test_acc" in trainer.callback_metrics
+
+
+@pytest.mark.timeout(60)
+def test_graph_regression_logs_mae(tmp_path) -> None:
+    torch.manual_seed(0)
+    data = GraphSetDataModule(
+        SyntheticGraphSet(num_graphs=32, task="regression", num_features=4), batch_size=8
+    )
+    model = Graphormer(4, 1, hidden_channels=8, heads=2, num_layers=1, task="graph", kind="dense")
+    module = GraphTransformerModule(model, num_classes=None, task="graph")
+    trainer = _trainer(tmp_path, epochs=1)
+    trainer.fit(module, data)
+    assert "val_mae" in trainer.callback_metrics
+    assert float(trainer.callback_metrics["attention_dense"]) == 1.0
+
+
+def test_setup_checks_heads_against_the_graph_parallel_ranks() -> None:
+    sp = SequenceParallel()
+    sp.world_size = 3  # a stand-in for three graph-parallel ranks
+    module = GraphTransformerModule(
+        Graphormer(FEATURES, CLASSES, hidden_channels=8, heads=4, num_layers=1), CLASSES
+    )
+    module._trainer = SimpleNamespace(strategy=SimpleNamespace(sequence_parallel=sp))
+    with pytest.raises(ValueError, match="`num_heads` to be a multiple of the sequence-parallel"):
+        module.setup("fit")
+    sp.world_size = 2
+    module.setup("fit")
+    assert all(a.sequence_parallel is sp for a in module.attention_layers)
+    module.teardown("fit")
+    assert all(a.sequence_parallel is None for a in module.attention_layers)
+
+
+def test_bad_arguments() -> None:
+    model = Graphormer(FEATURES, CLASSES, hidden_channels=8, heads=2, num_layers=1)
+    with pytest.raises(ValueError, match="model's task to match `task`='graph'"):
+        GraphTransformerModule(model, CLASSES, task="graph")
+    with pytest.raises(ValueError, match="`num_classes` to be an integer >= 2"):
+        GraphTransformerModule(model, 1)
+    with pytest.raises(ValueError, match=r"`task` to be one of \('node', 'graph'\)"):
+        GraphTransformerModule(model, CLASSES, task="edge")  # type: ignore[arg-type]
+
+
+def _fit_parallel(tmp_path, devices: int, model: torch.nn.Module) -> GraphTransformerModule:
+    module = GraphTransformerModule(model, num_classes=CLASSES, lr=1e-2)
+    _trainer(tmp_path, epochs=2, devices=devices).fit(module, _sequences(tmp_path))
+    return module
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_two_graph_parallel_ranks_match_one_process(tmp_path) -> None:
+    """Node sequences sharded over 2 gloo ranks (Ulysses all-to-all, synchronised batch
+    norm for GT) train to the same float64 weights as one process."""
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.ModuleList(
+            [
+                Graphormer(
+                    FEATURES,
+                    CLASSES,
+                    hidden_channels=8,
+                    heads=2,
+                    num_layers=2,
+                    dropout=0.0,
+                    attention_dropout=0.0,
+                ),
+                GT(FEATURES, CLASSES, hidden_channels=8, heads=2, num_layers=2, pe_dim=3),
+            ]
+        ).double()
+
+    for index in range(2):
+        initial = build()[index]
+        single = _fit_parallel(tmp_path / f"single{index}", 1, build()[index])
+        multi = _fit_parallel(tmp_path / f"multi{index}", 2, build()[index])
+        for (name, p1), p2, p0 in zip(
+            single.model.named_parameters(),
+            multi.model.parameters(),
+            initial.parameters(),
+            strict=True,
+        ):
+            assert not torch.equal(p1, p0), f"{name} did not train"
+            torch.testing.assert_close(p2, p1, rtol=1e-7, atol=1e-9, msg=f"{name} differs")
