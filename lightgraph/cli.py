@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning.pytorch as pl
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -22,8 +24,9 @@ class LightgraphCLI(LightningCLI):
             apply_on="instantiate",
         )
         parser.link_arguments(
-            "data.num_classes",
+            "data",
             "model.init_args.model.init_args.out_channels",
+            compute_fn=_num_outputs,
             apply_on="instantiate",
         )
         parser.link_arguments(
@@ -32,6 +35,12 @@ class LightgraphCLI(LightningCLI):
         parser.link_arguments(
             "data.multilabel", "model.init_args.multilabel", apply_on="instantiate"
         )
+
+
+def _num_outputs(data: Any) -> int:
+    """Outputs of the model's head: ``num_outputs`` (e.g. 1 for regression) or ``num_classes``."""
+    outputs = getattr(data, "num_outputs", None)
+    return int(outputs) if outputs is not None else data.num_classes
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:

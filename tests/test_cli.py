@@ -29,14 +29,30 @@ def test_recipes_exist() -> None:
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=os.path.basename)
 def test_recipe_parses_and_instantiates(recipe: str, tmp_path) -> None:
-    cli = build_cli(["--config", recipe, f"--data.init_args.cache_dir={tmp_path}"], run=False)
+    with open(recipe) as f:
+        data_args = yaml.safe_load(f)["data"].get("init_args", {})
+    # Data modules that cache to disk get a private cache; in-memory ones take no cache_dir.
+    extra = [f"--data.init_args.cache_dir={tmp_path}"] if "cache_dir" in data_args else []
+    cli = build_cli(["--config", recipe, *extra], run=False)
     data = cli.datamodule
     model = cli.model
     # Linked sizes reach the model.
     assert model.hparams.num_classes == data.num_classes
+    outputs = getattr(data, "num_outputs", data.num_classes)
     weights = [p for p in model.model.parameters() if p.dim() == 2]
     assert any(w.shape[1] == data.num_features for w in weights)
-    assert any(w.shape[0] == data.num_classes for w in weights)
+    assert any(w.shape[0] == outputs for w in weights)
+
+
+def test_graph_regression_links_one_output(tmp_path) -> None:
+    recipe = os.path.join(ROOT, "recipes", "torchgt_graph.yaml")
+    cli = build_cli(
+        ["--config", recipe, "--data.init_args.dataset.init_args.task=regression"], run=False
+    )
+    assert cli.datamodule.num_classes is None and cli.datamodule.num_outputs == 1
+    assert cli.model.num_classes is None and cli.model.metric_name == "mae"
+    head = [p for p in cli.model.model.parameters() if p.dim() == 2][-1]
+    assert head.shape[0] == 1
 
 
 @pytest.mark.parametrize("fragment", FRAGMENTS, ids=os.path.basename)
