@@ -62,6 +62,11 @@ allocation error ("out of memory") instead of swapping or invoking the OOM kille
 summary gives, per kind, the longest ``S`` trained (completed within ``--timeout``) within
 ``--max-gb``.
 
+On ``--device cuda`` the inputs and the pattern live on the GPU, times are taken between
+``torch.cuda.synchronize`` calls and peak memory is ``torch.cuda.max_memory_allocated``
+minus the inputs (no address-space limit is set; ``--max-gb`` still skips ``raw`` cases
+that cannot fit).
+
 Usage::
 
     python benchmarks/bench_attention.py                       # S = 4K .. 1M, all kinds
@@ -181,18 +186,29 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
 
     base, factor = parse_kind(kind)
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
     if base in ("dense", "raw"):
         graph = AttentionGraph(S, torch.arange(S).repeat(2, 1))  # unused by full attention
     else:
         graph = AttentionGraph(S, torch.load(args.pattern_file, mmap=True)["edge_index"])
+    graph = graph.to(device)
     graph.validate()
     gen = torch.Generator().manual_seed(args.seed)
-    q, k, v = (torch.randn(S, HEADS, HEAD_DIM, generator=gen).requires_grad_() for _ in range(3))
-    grad_out = torch.randn(S, HEADS, HEAD_DIM, generator=gen)
+    q, k, v = (
+        torch.randn(S, HEADS, HEAD_DIM, generator=gen).to(device).requires_grad_() for _ in range(3)
+    )
+    grad_out = torch.randn(S, HEADS, HEAD_DIM, generator=gen).to(device)
     E = graph.edge_index.shape[1]
     result: dict = {"kind": kind, "S": S, "entries": E if base not in ("dense", "raw") else S * S}
-    baseline = _maxrss_kib()
-    if args.max_gb > 0:
+    result["device"] = torch.cuda.get_device_name(device) if cuda else "cpu"
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        baseline = torch.cuda.memory_allocated(device) >> 10
+    else:
+        baseline = _maxrss_kib()
+    if args.max_gb > 0 and not cuda:  # CUDA reserves address space far beyond its use
         cap = _vm_size_bytes() + int(args.max_gb * GIB)
         resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
     print(SETUP_TAG + f"{time.perf_counter() - start:.3f}", flush=True)
@@ -223,10 +239,17 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
                 "threshold": threshold,
             }
 
+        def peak_kib() -> int:
+            return (torch.cuda.max_memory_allocated(device) >> 10) if cuda else _maxrss_kib()
+
         def step() -> float:
             q.grad = k.grad = v.grad = None
+            if cuda:
+                torch.cuda.synchronize(device)
             clock = time.perf_counter()
             attend(q, k, v, graph, base, **options).backward(grad_out)
+            if cuda:
+                torch.cuda.synchronize(device)
             return time.perf_counter() - clock
 
         warm = step()
@@ -240,12 +263,12 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
             time_s=statistics.median(times),
             times_s=times,
             warmup_s=warm,
-            peak_gib=(_maxrss_kib() - baseline) / (1 << 20),
+            peak_gib=(peak_kib() - baseline) / (1 << 20),
             baseline_gib=baseline / (1 << 20),
         )
     except (MemoryError, RuntimeError) as exc:
         text = str(exc)
-        if isinstance(exc, MemoryError) or "alloc" in text.lower():
+        if isinstance(exc, MemoryError) or "alloc" in text.lower() or "out of memory" in text:
             result.update(status="oom", note=f"out of memory (> {args.max_gb:g} GiB)")
         else:
             raise
@@ -280,6 +303,7 @@ def _common_flags(args: argparse.Namespace) -> list[str]:
         f"--pattern={args.pattern}",
         f"--avg-degree={args.avg_degree}",
         f"--metis-parts={args.metis_parts}",
+        f"--device={args.device}",
     ]
 
 
@@ -346,6 +370,7 @@ def main() -> None:
     parser.add_argument("--metis-parts", type=int, default=8)
     parser.add_argument("--block-size", type=int, default=16, help="cluster-sparse tile side")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda to time the GPU kernels")
     parser.add_argument("--cache-dir", default=None, help="keep the built patterns here")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "S"), help=argparse.SUPPRESS)

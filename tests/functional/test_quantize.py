@@ -438,3 +438,20 @@ def test_compiled_path_is_bit_identical_to_eager() -> None:
     assert torch.equal(
         unpack_rows(buf, row_bits, 129), unpack_rows(buf, row_bits, 129, compiled=True)
     )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("bits", BITS)
+def test_cuda_codes_equal_cpu_codes_for_the_same_noise(bits: int) -> None:
+    x = _mixed_rows(64, 24, seed=bits, dtype=torch.float32)
+    u = torch.rand(x.shape, generator=_gen(bits))
+    cpu = quantize(x, bits, noise=u)
+    gpu = quantize(x.cuda(), bits, noise=u.cuda())
+    assert torch.equal(gpu.scale.cpu(), cpu.scale) and torch.equal(
+        gpu.zero_point.cpu(), cpu.zero_point
+    )
+    assert torch.equal(gpu.codes.cpu(), cpu.codes)
+    packed = pack_codes(gpu.codes.reshape(-1), bits)
+    assert torch.equal(packed.cpu(), pack_codes(cpu.codes.reshape(-1), bits))
+    assert torch.equal(unpack_codes(packed, bits, x.numel()).cpu(), cpu.codes.reshape(-1))
+    torch.testing.assert_close(dequantize(gpu).cpu(), dequantize(cpu), rtol=0, atol=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -254,3 +255,20 @@ def test_graph_parallel_shards_equal_one_process(world_size: int) -> None:
             torch.testing.assert_close(result[name]["shard"], result[name]["full"])
             for full, summed in result[name + "_grads"]:
                 torch.testing.assert_close(summed, full)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda_forward_and_gradients_match_cpu(kind: str) -> None:
+    item = _sequence()
+    for model in _models(kind):
+        model.eval()  # no dropout; GT's batch norm uses its running statistics
+        out = model(item)
+        out.square().sum().backward()
+        gpu = copy.deepcopy(model).cuda()
+        gpu.zero_grad()
+        out_gpu = gpu(item.to("cuda"))
+        out_gpu.square().sum().backward()
+        torch.testing.assert_close(out_gpu.cpu(), out, rtol=1e-9, atol=1e-9)
+        for (name, p), p_gpu in zip(model.named_parameters(), gpu.parameters(), strict=True):
+            torch.testing.assert_close(p_gpu.grad.cpu(), p.grad, rtol=1e-8, atol=1e-9, msg=name)
