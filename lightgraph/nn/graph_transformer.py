@@ -254,9 +254,16 @@ class MultiheadGraphAttention(nn.Module):
         )
         if sharded and sp is not None:
             out = sp.to_sequence(out, S, layer=f"{self.name}.out", stage=stage)
+        out = self.out_proj(out.reshape(S_r, self.channels))
         if self.training:
             self.step += 1
-        return self.out_proj(out.reshape(S_r, self.channels))
+            if isinstance(self.bias_table, nn.Parameter):
+                # A step may not read the table (a dense kind on a sequence longer than the
+                # data's `dense_limit` has no buckets; "dual" switches kinds between steps).
+                # DDP requires a gradient for every parameter on every step, so the table is
+                # always tied into the graph: its gradient is then exactly zero, not missing.
+                out = out + 0.0 * self.bias_table.sum()
+        return out
 
 
 class SequenceBatchNorm(nn.BatchNorm1d):

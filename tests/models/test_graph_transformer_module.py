@@ -164,3 +164,25 @@ def test_two_graph_parallel_ranks_match_one_process(tmp_path) -> None:
         ):
             assert not torch.equal(p1, p0), f"{name} did not train"
             torch.testing.assert_close(p2, p1, rtol=1e-7, atol=1e-9, msg=f"{name} differs")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_dense_kind_without_buckets_trains_on_two_ranks(tmp_path) -> None:
+    """Sequences longer than `dense_limit` carry no dense buckets, so a dense kind never
+    reads the spatial bias table; DDP must still get a (zero) gradient for it."""
+    graph = SyntheticGraph(
+        num_nodes=120, avg_degree=6, num_features=FEATURES, num_classes=CLASSES, seed=3
+    )
+    data = NodeSequenceDataModule(
+        graph, sequence_length=60, dense_limit=0, cache_dir=str(tmp_path / "cache")
+    )
+    torch.manual_seed(0)
+    model = Graphormer(FEATURES, CLASSES, hidden_channels=8, heads=2, num_layers=2, kind="dense")
+    table = model.layers[0].attn.bias_table.detach().clone()
+    module = GraphTransformerModule(model, num_classes=CLASSES, lr=1e-2)
+    trainer = _trainer(tmp_path, epochs=2, devices=2)
+    trainer.fit(module, data)
+    assert trainer.state.finished
+    # Never read, so never moved (a zero gradient leaves Adam's parameter unchanged).
+    torch.testing.assert_close(module.model.layers[0].attn.bias_table.detach(), table)
