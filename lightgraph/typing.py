@@ -1,22 +1,12 @@
-"""Shared type aliases and optional-dependency flags (probed once, here)."""
+"""Shared type aliases (optional-dependency flags live in :mod:`lightgraph.utilities.imports`)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 from torch import Tensor
 
-#: Whether the optional ``torch-sparse`` package (``pip install lightgraph[sparse]``) is importable.
-WITH_TORCH_SPARSE: bool = importlib.util.find_spec("torch_sparse") is not None
+from lightgraph.utilities.imports import WITH_TORCH_SPARSE, require_torch_sparse
 
 #: Node-level tensors are indexed by local node id: inner nodes first, then halo nodes.
 NodeTensor = Tensor
 
-
-def require_torch_sparse(feature: str) -> None:
-    """Raise an ImportError naming ``feature`` and the install command if torch-sparse is missing."""
-    if not WITH_TORCH_SPARSE:
-        raise ImportError(
-            f"{feature} needs the optional `torch-sparse` package: `pip install lightgraph[sparse]` "
-            f"(it builds from source where no wheel matches your torch)."
-        )
+__all__ = ["NodeTensor", "WITH_TORCH_SPARSE", "require_torch_sparse"]

@@ -1,0 +1,43 @@
+"""Utilities every floor may use: argument checks and optional-dependency flags."""
+
+from lightgraph.utilities.checks import (
+    BITS,
+    check_bits,
+    check_bool,
+    check_choice,
+    check_int,
+    check_non_empty_str,
+    check_non_negative,
+    check_optional_int,
+    check_positive,
+    check_probability,
+    check_rate,
+    check_type,
+)
+from lightgraph.utilities.imports import (
+    WITH_PYG_LIB,
+    WITH_TORCH_SPARSE,
+    WITH_TRANSFORMERS,
+    require,
+    require_torch_sparse,
+)
+
+__all__ = [
+    "BITS",
+    "WITH_PYG_LIB",
+    "WITH_TORCH_SPARSE",
+    "WITH_TRANSFORMERS",
+    "check_bits",
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_non_empty_str",
+    "check_non_negative",
+    "check_optional_int",
+    "check_positive",
+    "check_probability",
+    "check_rate",
+    "check_type",
+    "require",
+    "require_torch_sparse",
+]
