@@ -1,6 +1,6 @@
 """Attention forward+backward time and peak memory against sequence length (TorchGT, ch. 4).
 
-Every attention kind of :func:`lightgraph.nn.attention.attend` runs on one token sequence of
+Every attention kind of :func:`lightgraph.functional.attention.attend` runs on one token sequence of
 ``S`` tokens, Graphormer-slim shape (hidden 64 = 8 heads x head dim 8), float32, ``[S, H, D]``
 tensors, no attention bias and no dropout:
 
@@ -13,16 +13,17 @@ tensors, no attention bias and no dropout:
   pattern's global density :math:`\\beta_G = E / S^2` (sparse off-diagonal cluster blocks
   become dense sub-blocks; TorchGT's elastic computation reformation). Default ``F = 5``.
 
-The cluster count is :func:`~lightgraph.nn.attention.default_num_clusters` of the hidden size
-(from this machine's L2 cache, at most ``S``), the sub-block side ``--block-size`` (16).
+The cluster count is :func:`~lightgraph.functional.attention.default_num_clusters` of the
+hidden size (the fixed nominal 6 MiB cache: 8 at hidden 64, the same on every machine; at most
+``S``), the sub-block side ``--block-size`` (16).
 
 Pattern (``--pattern``), built once per ``S`` in its own subprocess:
 
 * ``metis`` (default): a :class:`lightgraph.data.SyntheticGraph` of ``S - 1`` nodes
   (``--avg-degree`` 10, i.e. about 10 entries per query), reordered with
-  :func:`~lightgraph.data.node_sequence.metis_order` into ``--metis-parts`` (8, the data
+  :func:`~lightgraph.data.sequences.metis_order` into ``--metis-parts`` (8, the data
   module's clusters per sequence) contiguous parts, then turned into the sequence's pattern
-  by :func:`~lightgraph.data.node_sequence.build_sequence`: the graph edges, one self-loop per
+  by :func:`~lightgraph.data.sequences.build_sequence`: the graph edges, one self-loop per
   token and a global token 0 that attends to and is attended by every token -- exactly what
   ``NodeSequenceDataModule`` feeds the model for one sequence. Note the synthetic graph's only
   structure is its communities (edges inside a community are random), so the METIS order
@@ -153,7 +154,7 @@ def prepare(S: int, path: str, args: argparse.Namespace) -> None:
     import torch
 
     from lightgraph.data import SyntheticGraph
-    from lightgraph.data.node_sequence import build_sequence, metis_order, split_sequences
+    from lightgraph.data.sequences import build_sequence, metis_order, split_sequences
 
     torch.set_num_threads(args.threads)
     n, clock = S - 1, time.perf_counter()
@@ -182,7 +183,7 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     import torch
 
-    from lightgraph.nn.attention import AttentionGraph, attend, default_num_clusters
+    from lightgraph.functional.attention import AttentionGraph, attend, default_num_clusters
 
     base, factor = parse_kind(kind)
     torch.set_num_threads(args.threads)

@@ -1,6 +1,8 @@
-"""Shared type aliases (optional-dependency flags live in :mod:`lightgraph.utilities.imports`)."""
+"""Shared type aliases and protocols (optional-dependency flags live in :mod:`lightgraph.utilities.imports`)."""
 
 from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
@@ -9,4 +11,33 @@ from lightgraph.utilities.imports import WITH_TORCH_SPARSE, require_torch_sparse
 #: Node-level tensors are indexed by local node id: inner nodes first, then halo nodes.
 NodeTensor = Tensor
 
-__all__ = ["NodeTensor", "WITH_TORCH_SPARSE", "require_torch_sparse"]
+
+@runtime_checkable
+class HaloExchange(Protocol):
+    """What partition-aware layers need from an exchanger (:class:`~lightgraph.distributed.HaloExchanger`).
+
+    Lower floors (``lightgraph.nn``) depend on this protocol, not on the runtime class.
+    """
+
+    def __call__(self, x: Tensor, plan: Any, stage: str = "train", layer: str = "layer") -> Tensor:
+        """``[x; halo rows]``: this rank's rows followed by the rows fetched from the peers."""
+        ...
+
+    def overlaps(self, stage: str) -> bool:
+        """Whether layers should compute central rows while the exchange is in flight."""
+        ...
+
+    def start(self, x: Tensor, plan: Any, layer: str) -> Any:
+        """Start the forward exchange of ``x`` (overlap mode); returns a handle."""
+        ...
+
+    def finish(self, handle: Any, x: Tensor, plan: Any) -> Tensor:
+        """``[x; halo rows]`` once the exchange started by :meth:`start` is done."""
+        ...
+
+    def set_aggregation(self, layer: str, aggregation: str) -> None:
+        """Record how ``layer`` weighs halo rows (``"gcn"``, ``"mean"`` or ``"sum"``)."""
+        ...
+
+
+__all__ = ["HaloExchange", "NodeTensor", "WITH_TORCH_SPARSE", "require_torch_sparse"]

@@ -5,8 +5,9 @@ from lightgraph.callbacks.bitwidth_reassigner import BitWidthReassigner
 from lightgraph.callbacks.cluster_sparsity_tuner import ClusterSparsityTuner
 from lightgraph.callbacks.communication_monitor import CommunicationMonitor
 from lightgraph.callbacks.epoch_summary import EpochSummary
-from lightgraph.callbacks.loss_descent_rate import LossDescentRate
+from lightgraph.callbacks.ldr_schedule import LDRSchedule
 from lightgraph.callbacks.pipeline_adaptor import PipelineAdaptor
+from lightgraph.functional.loss_descent_rate import LossDescentRate
 
 __all__ = [
     "AdaptiveBitWidth",
@@ -14,6 +15,7 @@ __all__ = [
     "ClusterSparsityTuner",
     "CommunicationMonitor",
     "EpochSummary",
+    "LDRSchedule",
     "LossDescentRate",
     "PipelineAdaptor",
 ]

@@ -10,7 +10,12 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightgraph.callbacks.adaptive_bitwidth import _exchanger
+from lightgraph.distributed.context import parallel_context
+from lightgraph.distributed.halo_exchanger import HaloExchanger
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+from lightgraph.quant.random_bits import RandomBits
+from lightgraph.quant.variance_aware_bits import VarianceAwareBits
+from lightgraph.utilities.checks import check_bool, check_int
 
 
 class BitWidthReassigner(Callback):
@@ -41,64 +46,60 @@ class BitWidthReassigner(Callback):
     """
 
     def __init__(self, period: int = 50, log: bool = True, verbose: bool = True) -> None:
-        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
-            raise ValueError(
-                f"BitWidthReassigner: expected `period` to be a positive integer but got {period!r}."
-            )
-        for name, value in (("log", log), ("verbose", verbose)):
-            if not isinstance(value, bool):
-                raise ValueError(
-                    f"BitWidthReassigner: expected `{name}` to be one of (True, False) but got {value!r}."
-                )
-        self.period = period
-        self.log = log
-        self.verbose = verbose
+        owner = "BitWidthReassigner"
+        self.period = check_int(owner, "period", period)
+        self.log = check_bool(owner, "log", log)
+        self.verbose = check_bool(owner, "verbose", verbose)
         #: epochs after which widths were re-assigned (across resumes)
         self.reassigned: list[int] = []
         #: total wall-clock seconds spent re-assigning
         self.seconds = 0.0
-        self._policy: Any = None
+        self._exchanger: HaloExchanger | None = None
         self._restore: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------------- hooks
-    def _find_policy(self, trainer: pl.Trainer) -> Any:
-        exchanger = _exchanger(trainer)
-        policy = getattr(exchanger, "policy", None)
-        if policy is None or not (hasattr(policy, "reassign") or hasattr(policy, "redraw")):
+    def _find_exchanger(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> HaloExchanger:
+        exchanger = parallel_context(pl_module).halo_exchanger
+        policy = exchanger.policy if exchanger is not None else None
+        if exchanger is None or not isinstance(policy, VarianceAwareBits | RandomBits):
             raise RuntimeError(
-                "BitWidthReassigner needs `trainer.strategy.exchanger.policy` that can be "
-                "re-assigned (lightgraph.quant.VarianceAwareBits) or redrawn "
-                "(lightgraph.quant.RandomBits); got "
-                f"{type(policy).__name__ if policy is not None else 'no policy (FP32 exchange)'} "
+                "BitWidthReassigner needs a halo exchanger whose policy can be re-assigned "
+                "(lightgraph.quant.VarianceAwareBits) or redrawn (lightgraph.quant.RandomBits); "
+                f"got {type(policy).__name__ if policy is not None else 'no policy (FP32 exchange)'} "
                 f"on {type(trainer.strategy).__name__}."
             )
-        return policy
+        return exchanger
+
+    @property
+    def _policy(self) -> BitWidthPolicy | None:
+        return self._exchanger.policy if self._exchanger is not None else None
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
-            self._policy = self._find_policy(trainer)
+            self._exchanger = self._find_exchanger(trainer, pl_module)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._policy = self._find_policy(trainer)
+        self._exchanger = self._find_exchanger(trainer, pl_module)
+        policy = self._policy
         if self._restore is not None:
             state, self._restore = self._restore, None
-            if hasattr(self._policy, "load_state_dict") and "policy" in state:
-                self._policy.load_state_dict(state["policy"])
-            elif hasattr(self._policy, "redraw"):
-                self._policy.version = int(state.get("version", 0))
+            if isinstance(policy, VarianceAwareBits) and "policy" in state:
+                policy.load_state_dict(state["policy"])
+            elif isinstance(policy, RandomBits):
+                policy.version = int(state.get("version", 0))
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         policy = self._policy
         epoch = trainer.current_epoch
-        if hasattr(policy, "tracing"):
-            policy.tracing = hasattr(policy, "reassign") and (epoch + 1) % self.period == 0
+        if isinstance(policy, VarianceAwareBits):
+            policy.tracing = (epoch + 1) % self.period == 0
         if not self.log:
             return
         log = {"assign_seconds": self.seconds}
-        if hasattr(policy, "histogram"):
+        if isinstance(policy, VarianceAwareBits):
             for name, counts in policy.histogram().items():
                 total = sum(counts.values()) or 1
                 for b, n in counts.items():
@@ -119,11 +120,10 @@ class BitWidthReassigner(Callback):
         epoch = trainer.current_epoch
         if (epoch + 1) % self.period != 0 or epoch in self.reassigned:
             return
-        policy = self._policy
+        assert self._exchanger is not None  # set in setup / on_train_start
         tic = time.perf_counter()
-        if hasattr(policy, "reassign"):
-            policy.tracing = False
-            report = policy.reassign(epoch=epoch)
+        report = self._exchanger.reassign(epoch=epoch)
+        if report is not None:
             if self.verbose:
                 parts = []
                 for name, counts in sorted(report.histogram.items()):
@@ -133,8 +133,6 @@ class BitWidthReassigner(Callback):
                     f"BitWidthReassigner: epoch {epoch}: widths re-assigned in {report.seconds:.3f}s "
                     f"(solver {sum(report.solve_seconds.values()):.3f}s): " + "; ".join(parts)
                 )
-        else:
-            policy.redraw()
         self.seconds += time.perf_counter() - tic
         self.reassigned.append(epoch)
 
@@ -147,10 +145,10 @@ class BitWidthReassigner(Callback):
             "seconds": self.seconds,
         }
         policy = self._policy
+        if isinstance(policy, VarianceAwareBits):
+            state["policy"] = policy.state_dict()
         if policy is not None:
-            if hasattr(policy, "state_dict"):
-                state["policy"] = policy.state_dict()
-            state["version"] = int(getattr(policy, "version", 0))
+            state["version"] = int(policy.version)
         return state
 
     @override

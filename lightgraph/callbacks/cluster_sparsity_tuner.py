@@ -7,7 +7,7 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from lightgraph.callbacks.adaptive_bitwidth import _LDRSchedule
+from lightgraph.callbacks.ldr_schedule import LDRSchedule
 
 #: The threshold ladder of TorchGT (thesis §4.3.4), in units of the pattern's global
 #: density β_G; the last step is the absolute threshold 1 (every sparse block transferred).
@@ -16,7 +16,7 @@ _ABSOLUTE_ONE = len(LADDER)  # index of the final step, β_thre = 1
 
 
 def _layers(module: Any) -> list[Any]:
-    from lightgraph.nn.graph_transformer import MultiheadGraphAttention
+    from lightgraph.nn.attention import MultiheadGraphAttention
 
     modules = getattr(module, "modules", None)
     if modules is None:
@@ -24,7 +24,7 @@ def _layers(module: Any) -> list[Any]:
     return [m for m in modules() if isinstance(m, MultiheadGraphAttention)]
 
 
-class ClusterSparsityTuner(_LDRSchedule[int]):
+class ClusterSparsityTuner(LDRSchedule[int]):
     """TorchGT's transfer-threshold tuner (thesis §4.3.4, "Auto Tuner").
 
     The cluster-sparse attention (``kind="cluster_sparse"``) transfers every off-diagonal
@@ -89,8 +89,8 @@ class ClusterSparsityTuner(_LDRSchedule[int]):
         return min(1.0, LADDER[level] * beta_g)
 
     @override
-    def _target(self, trainer: pl.Trainer) -> Any:
-        module = getattr(trainer, "lightning_module", None)
+    def _target(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Any:
+        module = pl_module
         if not _layers(module):
             raise RuntimeError(
                 "ClusterSparsityTuner needs a LightningModule with lightgraph.nn.MultiheadGraphAttention "

@@ -7,6 +7,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lightgraph.distributed.context import parallel_context
+
 
 class CommunicationMonitor(Callback):
     """Bytes sent by all ranks per training epoch, split as in Sylvie's Table XII.
@@ -27,8 +29,8 @@ class CommunicationMonitor(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        exchanger = getattr(trainer.strategy, "exchanger", None) if trainer.world_size > 1 else None
-        if exchanger is None:
+        exchanger = parallel_context(pl_module).halo_exchanger
+        if exchanger is None or trainer.world_size == 1:
             return
         stats = exchanger.stats
         values = {

@@ -7,12 +7,14 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from lightgraph.callbacks.adaptive_bitwidth import _exchanger, _LDRSchedule
+from lightgraph.callbacks.ldr_schedule import LDRSchedule
+from lightgraph.distributed.context import parallel_context
+from lightgraph.distributed.halo_exchanger import HaloExchanger
 
 MODES: tuple[str, ...] = ("sync", "async")
 
 
-class PipelineAdaptor(_LDRSchedule[str]):
+class PipelineAdaptor(LDRSchedule[str]):
     """Sylvie's Pipeline Adaptor (ICDE'24, §V-B): staleness control of the async pipeline.
 
     Training runs with the one-epoch-stale inter-epoch pipeline (``exchanger.mode =
@@ -58,18 +60,18 @@ class PipelineAdaptor(_LDRSchedule[str]):
         super().__init__(window=window, smoothing=smoothing, monitor=monitor, log=log)
 
     @override
-    def _target(self, trainer: pl.Trainer) -> Any:
-        exchanger = _exchanger(trainer)
-        if exchanger is None or not hasattr(exchanger, "mode"):
+    def _target(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> HaloExchanger:
+        exchanger = parallel_context(pl_module).halo_exchanger
+        if exchanger is None:
             raise RuntimeError(
-                "PipelineAdaptor needs `trainer.strategy.exchanger` with a `mode` attribute, "
-                "e.g. BoundaryExchangeStrategy(mode='async'); the strategy is "
-                f"{type(trainer.strategy).__name__}."
+                "PipelineAdaptor needs the halo exchanger of a boundary-exchange strategy, e.g. "
+                "BoundaryExchangeStrategy(mode='async'), handed to the module's "
+                f"parallel_context; the strategy is {type(trainer.strategy).__name__}."
             )
         return exchanger
 
     @override
-    def _apply(self, target: Any, setting: str) -> None:
+    def _apply(self, target: HaloExchanger, setting: str) -> None:
         target.mode = setting
 
     @override

@@ -24,7 +24,7 @@ The target is the *triangle density* :math:`t = \\#\\text{triangles} / n`:
   independent random numbers of random swaps (``0 .. 2n``).
 
 :class:`GraphSetDataModule` batches such graphs for data-parallel training: per batch one
-block-diagonal :class:`~lightgraph.nn.attention.AttentionGraph`.
+block-diagonal :class:`~lightgraph.functional.attention.AttentionGraph`.
 """
 
 from __future__ import annotations
@@ -39,18 +39,18 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
-from lightgraph.data.node_sequence import (
+from lightgraph.data.sequences import token_pattern
+from lightgraph.data.token_batch import TokenBatch
+from lightgraph.functional.attention import AttentionGraph
+from lightgraph.functional.graph_encoding import (
     GLOBAL_BUCKET,
     SELF_BUCKET,
-    TokenBatch,
-    _laplacian_from_edges,
-    _pattern,
     check_max_distance,
     distance_buckets,
-    model_pe_dim,
+    laplacian_pe,
     num_buckets,
 )
-from lightgraph.nn.attention import AttentionGraph
+from lightgraph.utilities.checks import check_int
 
 __all__ = ["GraphSetDataModule", "SyntheticGraphSet", "collate_graphs", "triangle_density"]
 
@@ -320,7 +320,7 @@ class _GraphItem:
         keep = data.edge_index[0] != data.edge_index[1]
         key = torch.unique(data.edge_index[1, keep] * n + data.edge_index[0, keep])
         edges = torch.stack([key % n, key // n])
-        self.pattern, self.bucket, self.num_tokens = _pattern(edges, n, global_token)
+        self.pattern, self.bucket, self.num_tokens = token_pattern(edges, n, global_token)
         dense = torch.full((n + g, n + g), GLOBAL_BUCKET, dtype=torch.long)
         dense[g:, g:] = distance_buckets(edges, n, max_distance)
         if g:
@@ -337,7 +337,7 @@ class _GraphItem:
         self.y = data.y.reshape(-1)[:1]
         self.lap_pe = None
         if pe_dim:
-            pe = _laplacian_from_edges(edges, n, pe_dim, seed)
+            pe = laplacian_pe(edges, n, pe_dim, seed)
             self.lap_pe = torch.cat([pe.new_zeros(g, pe_dim), pe])
         self.global_token = global_token
 
@@ -403,7 +403,7 @@ class GraphSetDataModule(pl.LightningDataModule):
     """Batches of small graphs for graph-level graph transformers, data-parallel.
 
     Every graph is prepared once in ``setup`` (pattern, shortest-path buckets, degrees,
-    Laplacian encodings when the model asks for them) and split at random into train /
+    Laplacian encodings when ``pe_dim > 0``) and split at random into train /
     validation / test graphs. A batch is one :class:`TokenBatch` over all its graphs' tokens
     with a block-diagonal attention graph (see :func:`collate_graphs`), ``graph_index``
     (the graph of every token, for pooling), ``readout_index`` (each graph's global token,
@@ -422,7 +422,8 @@ class GraphSetDataModule(pl.LightningDataModule):
         global_token: give every graph a global token (its readout); without one, models
             mean-pool the graph's tokens.
         dense_limit: build ``dense_bucket`` for batches of at most this many tokens.
-        laplacian_pe: Laplacian eigenvectors per token; ``None`` asks the model.
+        pe_dim: Laplacian eigenvectors per token (``lap_pe``); 0: none. A model that reads
+            them (e.g. ``GT``) needs the same ``pe_dim``.
         seed: seed of the split and of the training shuffle.
     """
 
@@ -436,7 +437,7 @@ class GraphSetDataModule(pl.LightningDataModule):
         max_degree: int = 64,
         global_token: bool = True,
         dense_limit: int = 4096,
-        laplacian_pe: int | None = None,
+        pe_dim: int = 0,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -451,6 +452,7 @@ class GraphSetDataModule(pl.LightningDataModule):
                 f"[0, {1.0 - train_ratio:g}] but got {val_ratio!r}."
             )
         check_max_distance(owner, max_distance)
+        check_int(owner, "pe_dim", pe_dim, 0)
         if isinstance(max_degree, bool) or not isinstance(max_degree, int) or max_degree < 1:
             raise ValueError(f"{owner}: expected `max_degree` >= 1 but got {max_degree!r}.")
         if isinstance(dense_limit, bool) or not isinstance(dense_limit, int) or dense_limit < 0:
@@ -463,7 +465,7 @@ class GraphSetDataModule(pl.LightningDataModule):
         self.max_degree = max_degree
         self.global_token = bool(global_token)
         self.dense_limit = dense_limit
-        self.laplacian_pe = laplacian_pe
+        self.pe_dim = pe_dim
         self.seed = seed
         self.splits: dict[str, list[_GraphItem]] | None = None
 
@@ -500,11 +502,10 @@ class GraphSetDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
             return
-        pe_dim = self.laplacian_pe if self.laplacian_pe is not None else model_pe_dim(self.trainer)
         graphs = self.dataset.load()
         items = [
             _GraphItem(
-                g, self.global_token, self.max_degree, self.max_distance, pe_dim, self.seed + i
+                g, self.global_token, self.max_degree, self.max_distance, self.pe_dim, self.seed + i
             )
             for i, g in enumerate(graphs)
         ]

@@ -12,7 +12,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.graph_dataset import MASK_NAMES, ensure_edge_index, validate_graph
-from lightgraph.typing import require_torch_sparse
+from lightgraph.functional.halo_plan import HaloPlan
+from lightgraph.utilities.imports import require_torch_sparse
 
 
 @dataclass
@@ -86,6 +87,32 @@ class PartitionPlan:
     @property
     def central_mask(self) -> Tensor:
         return ~self.marginal_mask
+
+    @property
+    def halo(self) -> HaloPlan:
+        """The exchange topology of this plan (what exchangers and bit-width policies use)."""
+        return self.cached(
+            ("halo",),
+            lambda: HaloPlan(
+                rank=self.rank,
+                num_parts=self.num_parts,
+                num_inner=self.num_inner,
+                send_index=self.send_index,
+                send_counts=list(self.send_counts),
+                halo_counts=list(self.halo_counts),
+                global_ids=self.global_ids,
+                importance=self.importance,
+            ),
+        )
+
+    def cached(self, key: tuple[Any, ...], build: Any) -> Any:
+        """``build()`` once per plan and ``key`` (derived views owned by the plan, keyed by content).
+
+        Moving the plan to another device (:meth:`to`) starts a fresh cache.
+        """
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
 
     @property
     def multilabel(self) -> bool:
@@ -183,13 +210,18 @@ class PartitionPlan:
         return self._cache[key]
 
     def transposed(self, adj: Tensor) -> Tensor:
-        """The cached CSR transpose of one of this plan's CSR views (for backward passes)."""
-        key = ("transposed", id(adj))
-        cached = self._cache.get(key)
-        if cached is None or cached[0] is not adj:
-            cached = (adj, adj.t().to_sparse_csr())
-            self._cache[key] = cached
-        return cached[1]
+        """The cached CSR transpose of one of this plan's CSR views (for backward passes).
+
+        ``adj`` must be a view this plan returned (:meth:`adj_t`, :meth:`gcn_adj_t`); the
+        transpose is cached under that view's key.
+        """
+        for key, value in list(self._cache.items()):
+            if value is adj:
+                return self.cached(("transposed",) + key, lambda: adj.t().to_sparse_csr())
+        raise ValueError(
+            "PartitionPlan.transposed: expected `adj` to be a CSR view of this plan (adj_t, "
+            "gcn_adj_t) but got a tensor the plan did not build."
+        )
 
     # ------------------------------------------------------------------ (de)serialisation
     def to(self, device: torch.device | str, *args: Any, **kwargs: Any) -> PartitionPlan:
@@ -257,11 +289,18 @@ def build_partition_plans(data: Data, partition: Tensor, num_parts: int) -> list
     Returns:
         One plan per partition, ``plans[r].rank == r``.
     """
-    data = ensure_edge_index(data)
-    validate_graph(data)
+    from lightgraph.utilities.checks import check_int, check_type
+
+    owner = "build_partition_plans"
+    check_type(owner, "data", data, Data, "a torch_geometric Data in the GraphDataset layout")
+    check_int(owner, "num_parts", num_parts, low=1)
+    try:
+        data = ensure_edge_index(data)
+        validate_graph(data)
+    except ValueError as err:  # the graph checks do not know the entry point
+        msg = str(err)
+        raise ValueError(f"{owner}: invalid `data`: {msg[:1].lower()}{msg[1:]}") from err
     num_nodes = data.x.size(0)
-    if not isinstance(num_parts, int) or num_parts < 1:
-        raise ValueError(f"build_partition_plans: expected `num_parts` >= 1 but got {num_parts!r}.")
     if num_parts > num_nodes:
         raise ValueError(
             f"build_partition_plans: expected `num_parts` <= num_nodes ({num_nodes}) but got {num_parts}."

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from lightgraph.data.cached_data_module import (
+    CachedDataModule,
+    CacheReader,
+    CacheWriter,
+    tensor_digest,
+)
 from lightgraph.data.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.utilities.checks import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,17 @@ class _OnePartition:
         return 1
 
 
-class PartitionedGraphDataModule(pl.LightningDataModule):
+class PartitionedGraphDataModule(CachedDataModule):
     """Full-graph partitioned data for partition-parallel training (Sylvie, AdaQP, ...).
 
     ``prepare_data`` (one process per node) loads the graph, partitions it into as many
     parts as the Trainer has processes, builds every rank's
     :class:`~lightgraph.data.PartitionPlan` and caches them on disk; ``setup`` loads only
     the plan of the calling rank. Every epoch each dataloader yields that plan once.
+
+    The cache (see :class:`~lightgraph.data.CachedDataModule`) is
+    ``<cache_dir>/<DatasetClass>-<P>p-<digest>`` with ``part<r>.pt`` per rank and a
+    ``meta.json`` (inner/halo/edge counts, build time and the manifest of the files).
 
     Args:
         dataset: the graph source, e.g. :class:`~lightgraph.data.SyntheticGraph`.
@@ -66,29 +71,27 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(cache_dir)
+        owner = "PartitionedGraphDataModule"
         if not isinstance(dataset, GraphDataset):
             raise TypeError(
-                f"PartitionedGraphDataModule: expected `dataset` to be a lightgraph GraphDataset "
+                f"{owner}: expected `dataset` to be a lightgraph GraphDataset "
                 f"(e.g. SyntheticGraph, RealDataset) but got {type(dataset).__name__}."
             )
-        if partitioner not in PARTITION_METHODS:
-            raise ValueError(
-                f"PartitionedGraphDataModule: expected `partitioner` to be one of {PARTITION_METHODS} "
-                f"but got {partitioner!r}."
-            )
+        check_choice(owner, "partitioner", partitioner, PARTITION_METHODS)
         if num_partitions is not None and (
-            not isinstance(num_partitions, int) or num_partitions < 1
+            isinstance(num_partitions, bool)
+            or not isinstance(num_partitions, int)
+            or num_partitions < 1
         ):
             raise ValueError(
-                f"PartitionedGraphDataModule: expected `num_partitions` to be a positive integer or "
+                f"{owner}: expected `num_partitions` to be a positive integer or "
                 f"None but got {num_partitions!r}."
             )
         self.dataset = dataset
         self.num_partitions = num_partitions
         self.partitioner = partitioner
         self.partition = None if partition is None else torch.as_tensor(partition).long()
-        self.cache_dir = cache_dir
         self.seed = seed
         self.plan: PartitionPlan | None = None
 
@@ -124,9 +127,11 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
                 )
         return parts
 
-    def cache_path(self, num_parts: int) -> str:
-        """Directory holding the cached plans of this configuration."""
-        key = {
+    # --------------------------------------------------------------- CachedDataModule
+    def fingerprint(self, num_parts: int | None = None) -> dict[str, Any]:
+        """The cache key: dataset, partitioner, number of parts, seed, injected partition."""
+        num_parts = self._world_size() if num_parts is None else num_parts
+        key: dict[str, Any] = {
             "format": _CACHE_FORMAT,
             "dataset": self.dataset.fingerprint(),
             "partitioner": self.partitioner,
@@ -134,9 +139,17 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
             "seed": self.seed,
         }
         if self.partition is not None:
-            key["partition"] = hashlib.sha1(self.partition.numpy().tobytes()).hexdigest()
-        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        return os.path.join(self.cache_dir, f"{type(self.dataset).__name__}-{num_parts}p-{digest}")
+            key["partition"] = tensor_digest(self.partition)
+        return key
+
+    def cache_name(self, num_parts: int | None = None) -> str:
+        num_parts = self._world_size() if num_parts is None else num_parts
+        return f"{type(self.dataset).__name__}-{num_parts}p"
+
+    def cache_path(self, num_parts: int | None = None) -> str:
+        """Directory holding the cached plans of this configuration (``None``: the world size)."""
+        num_parts = self._world_size() if num_parts is None else num_parts
+        return self.cache_path_for(self.fingerprint(num_parts), self.cache_name(num_parts))
 
     def build_plans(self, num_parts: int) -> list[PartitionPlan]:
         """Load the graph, partition it and build all plans (no caching)."""
@@ -160,18 +173,14 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
             )
         return build_partition_plans(data, part, num_parts)
 
-    # ------------------------------------------------------------------ Lightning hooks
-    def prepare_data(self) -> None:
+    def build(self, writer: CacheWriter) -> dict[str, Any]:
+        """Every rank's plan as ``part<rank>.pt``; counts and build time as metadata."""
         num_parts = self._world_size()
-        path = self.cache_path(num_parts)
-        if os.path.exists(os.path.join(path, "meta.json")):
-            return
         start = time.perf_counter()
         plans = self.build_plans(num_parts)
-        os.makedirs(self.cache_dir, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=self.cache_dir, prefix=".tmp-")
         for plan in plans:
-            plan.save(os.path.join(tmp, f"part{plan.rank}.pt"))
+            with writer.path(f"part{plan.rank}.pt") as tmp:
+                plan.save(tmp)
         meta: dict[str, Any] = {
             "dataset": self.dataset.fingerprint(),
             "num_parts": num_parts,
@@ -181,45 +190,24 @@ class PartitionedGraphDataModule(pl.LightningDataModule):
             "local_edges": [int(p.edge_index.size(1)) for p in plans],
             "seconds": round(time.perf_counter() - start, 3),
         }
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=2)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process finished first: keep its copy
-            shutil.rmtree(tmp, ignore_errors=True)
         log.info(
             "Partitioned %s into %d parts in %.2f s: %s",
             type(self.dataset).__name__,
             num_parts,
             meta["seconds"],
-            path,
+            writer.target,
         )
+        return meta
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.plan is not None:
-            return
-        num_parts = self._world_size()
-        rank = self.trainer.global_rank if self.trainer is not None else 0
-        path = os.path.join(self.cache_path(num_parts), f"part{rank}.pt")
-        if not os.path.exists(path):
-            self.prepare_data()
-        self.plan = PartitionPlan.load(path)
+    def load(self, cache: CacheReader, rank: int, world_size: int) -> None:
+        """The calling rank's plan only."""
+        with cache.reading(f"part{rank}.pt") as path:
+            self.plan = PartitionPlan.load(path)
 
-    def _loader(self) -> _OnePartition:
-        if self.plan is None:
-            raise RuntimeError(
-                "PartitionedGraphDataModule: call `setup()` before requesting dataloaders."
-            )
+    def is_loaded(self) -> bool:
+        return self.plan is not None
+
+    def loader(self, split: str) -> _OnePartition:
+        """The rank's plan, once per epoch, for every split (the masks tell them apart)."""
+        assert self.plan is not None
         return _OnePartition(self.plan)
-
-    def train_dataloader(self) -> _OnePartition:
-        return self._loader()
-
-    def val_dataloader(self) -> _OnePartition:
-        return self._loader()
-
-    def test_dataloader(self) -> _OnePartition:
-        return self._loader()
-
-    def predict_dataloader(self) -> _OnePartition:
-        return self._loader()

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightgraph.utilities.checks import check_choice, check_graph_edge_index, check_int
+
 PartitionMethod = Literal["metis", "random"]
 PARTITION_METHODS: tuple[str, ...] = get_args(PartitionMethod)
 _RANDOM_SALT = 0x5EED_1A7E
@@ -34,16 +36,22 @@ def partition_graph(
     Returns:
         ``torch.long`` tensor ``[num_nodes]`` with values in ``[0, num_parts)``; every
         partition receives at least one node.
+
+    Raises:
+        ValueError: naming the argument, the allowed values and the value received, for
+            an unknown ``method``, an ``edge_index`` that is not an integer ``[2, E]``
+            tensor of node ids in ``[0, num_nodes)``, or ``num_parts`` outside
+            ``[1, num_nodes]``.
+        TypeError: if ``edge_index`` is not a tensor.
     """
-    if method not in PARTITION_METHODS:
-        raise ValueError(
-            f"partition_graph: expected `method` to be one of {PARTITION_METHODS} but got {method!r}."
-        )
-    if not isinstance(num_parts, int) or num_parts < 1:
-        raise ValueError(f"partition_graph: expected `num_parts` >= 1 but got {num_parts!r}.")
+    owner = "partition_graph"
+    check_choice(owner, "method", method, PARTITION_METHODS)
+    num_nodes = check_int(owner, "num_nodes", num_nodes, low=0)
+    edge_index = check_graph_edge_index(owner, "edge_index", edge_index, num_nodes)
+    num_parts = check_int(owner, "num_parts", num_parts, low=1)
     if num_parts > num_nodes:
         raise ValueError(
-            f"partition_graph: expected `num_parts` <= num_nodes ({num_nodes}) so that every "
+            f"{owner}: expected `num_parts` <= num_nodes ({num_nodes}) so that every "
             f"partition owns a node, but got num_parts={num_parts}."
         )
     if num_parts == 1:

@@ -1,5 +1,7 @@
 """Pure functions and autograd functions: halo exchange, sequence parallelism, quantisation, byte accounting."""
 
+from typing import Any
+
 from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.halo_exchange import (
     TRANSPORTS,
@@ -21,7 +23,8 @@ from lightgraph.functional.quantize import (
     unpack_codes,
     unpack_rows,
 )
-from lightgraph.functional.sequence_parallel import SequenceParallel, shard_range, shard_sizes
+from lightgraph.functional.halo_plan import HaloPlan
+from lightgraph.functional.sequence_parallel import shard_range, shard_sizes
 
 __all__ = [
     "BITS",
@@ -29,9 +32,9 @@ __all__ = [
     "PARAM_DTYPE",
     "TRANSPORTS",
     "ExchangeStats",
+    "HaloPlan",
     "PendingExchange",
     "QuantizedRows",
-    "SequenceParallel",
     "dequantize",
     "exchange_rows",
     "halo_exchange",
@@ -45,3 +48,12 @@ __all__ = [
     "unpack_codes",
     "unpack_rows",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Compatibility alias: SequenceParallel moved to the runtime floor (lightgraph.distributed).
+    if name == "SequenceParallel":
+        from lightgraph.distributed.sequence_parallel import SequenceParallel
+
+        return SequenceParallel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import Any, Literal, get_args
 
 import torch
@@ -45,14 +44,17 @@ def start_exchange_rows(
     recv_counts: Sequence[int],
     group: dist.ProcessGroup | None = None,
     transport: str = "all_to_all",
+    executor: Executor | None = None,
 ) -> PendingExchange:
     """Start sending ``send`` rows to peers; rows for peer ``q`` are the ``q``-th split.
 
     ``send`` holds ``sum(send_counts)`` rows, split in rank order; the result holds
-    ``sum(recv_counts)`` rows, the rows from rank ``q`` in the ``q``-th split. Both
-    transports run asynchronously; the returned handle's :meth:`~PendingExchange.wait`
-    completes them (``all_to_all`` as an asynchronous collective, ``ring`` on a background
-    thread that performs the rounds in order).
+    ``sum(recv_counts)`` rows, the rows from rank ``q`` in the ``q``-th split. The
+    returned handle's :meth:`~PendingExchange.wait` completes the transfer:
+    ``all_to_all`` runs as an asynchronous collective; ``ring`` runs its rounds on
+    ``executor`` when one is given — a single-worker executor owned by the caller (the
+    :class:`~lightgraph.distributed.HaloExchanger` owns one), so ring transfers of one
+    rank run in the order they were started — and inline (completed on return) otherwise.
 
     * ``"all_to_all"``: one ``all_to_all_single`` with uneven splits.
     * ``"ring"``: ``P - 1`` rounds; in round ``r`` a rank sends to ``rank + r`` and
@@ -72,11 +74,12 @@ def start_exchange_rows(
         )
         return PendingExchange(recv, [work])
 
-    # The ring's rounds run in order on one background thread (FIFO across calls, so every
-    # rank issues its ring transfers in the same order) and the caller gets a handle.
-    future = _ring_executor().submit(
-        _ring_rounds, send, recv, list(send_counts), list(recv_counts), group
-    )
+    if executor is None:
+        _ring_rounds(send, recv, list(send_counts), list(recv_counts), group)
+        return PendingExchange(recv, [])
+    # The ring's rounds run on the caller's single-worker executor: FIFO across calls, so
+    # every rank issues its ring transfers in the same order.
+    future = executor.submit(_ring_rounds, send, recv, list(send_counts), list(recv_counts), group)
     return PendingExchange(recv, [_FutureWork(future)])
 
 
@@ -86,25 +89,6 @@ class _FutureWork:
 
     def wait(self) -> None:
         self.future.result()
-
-
-_EXECUTOR: ThreadPoolExecutor | None = None
-
-
-def _forget_executor() -> None:
-    # Threads do not survive fork(): a forked child (e.g. Lightning's fork launcher) starts its own.
-    global _EXECUTOR
-    _EXECUTOR = None
-
-
-os.register_at_fork(after_in_child=_forget_executor)
-
-
-def _ring_executor() -> ThreadPoolExecutor:
-    global _EXECUTOR
-    if _EXECUTOR is None:
-        _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lightgraph-ring")
-    return _EXECUTOR
 
 
 def _ring_rounds(
@@ -153,9 +137,10 @@ def exchange_rows(
     recv_counts: Sequence[int],
     group: dist.ProcessGroup | None = None,
     transport: str = "all_to_all",
+    executor: Executor | None = None,
 ) -> Tensor:
     """Blocking version of :func:`start_exchange_rows`."""
-    return start_exchange_rows(send, send_counts, recv_counts, group, transport).wait()
+    return start_exchange_rows(send, send_counts, recv_counts, group, transport, executor).wait()
 
 
 class _HaloExchange(torch.autograd.Function):
@@ -171,13 +156,15 @@ class _HaloExchange(torch.autograd.Function):
         stats: ExchangeStats | None,
         stage: str,
         layer: str,
+        executor: Executor | None,
     ) -> Tensor:
         send = x.index_select(0, send_index)
-        recv = exchange_rows(send, send_counts, recv_counts, group, transport)
+        recv = exchange_rows(send, send_counts, recv_counts, group, transport, executor)
         if stats is not None:
             stats.record(stage, layer, "forward", send.numel() * send.element_size())
         ctx.save_for_backward(send_index)
         ctx.meta = (x.size(0), send_counts, recv_counts, group, transport, stats, stage, layer)
+        ctx.executor = executor
         return torch.cat([x, recv], dim=0)
 
     @staticmethod
@@ -186,13 +173,13 @@ class _HaloExchange(torch.autograd.Function):
         num_inner, send_counts, recv_counts, group, transport, stats, stage, layer = ctx.meta
         grad_halo = grad_out[num_inner:].contiguous()
         # The reverse collective: halo gradients travel back to their owners.
-        back = exchange_rows(grad_halo, recv_counts, send_counts, group, transport)
+        back = exchange_rows(grad_halo, recv_counts, send_counts, group, transport, ctx.executor)
         if stats is not None:
             stats.record(stage, layer, "backward", grad_halo.numel() * grad_halo.element_size())
         grad_x = grad_out[:num_inner].clone()
         # A node sent to several peers receives a gradient from each: accumulate them.
         grad_x.index_add_(0, send_index, back)
-        return grad_x, None, None, None, None, None, None, None, None
+        return grad_x, None, None, None, None, None, None, None, None, None
 
 
 def halo_exchange(
@@ -205,6 +192,7 @@ def halo_exchange(
     stats: ExchangeStats | None = None,
     stage: str = "train",
     layer: str = "layer",
+    executor: Executor | None = None,
 ) -> Tensor:
     """Append the halo rows owned by other ranks to this rank's inner rows.
 
@@ -228,6 +216,8 @@ def halo_exchange(
         stats: optional byte counter; records ``(stage, layer, direction, "data")``.
         stage: label for ``stats`` (``"train"``, ``"val"``, ...).
         layer: label for ``stats``.
+        executor: single-worker executor for the ``ring`` transport (see
+            :func:`start_exchange_rows`); ``None`` runs the rounds inline.
 
     Shapes:
         - **input:** ``[num_inner, F]``
@@ -252,5 +242,14 @@ def halo_exchange(
             f"different number of partitions than the process group has ranks."
         )
     return _HaloExchange.apply(
-        x, send_index, list(send_counts), list(recv_counts), group, transport, stats, stage, layer
+        x,
+        send_index,
+        list(send_counts),
+        list(recv_counts),
+        group,
+        transport,
+        stats,
+        stage,
+        layer,
+        executor,
     )

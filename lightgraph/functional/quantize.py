@@ -73,6 +73,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from lightgraph.utilities.checks import BITS
+
 __all__ = [
     "BITS",
     "PARAM_BYTES_PER_ROW",
@@ -87,8 +89,6 @@ __all__ = [
     "unpack_rows",
 ]
 
-BITS: tuple[int, ...] = (1, 2, 4, 8)
-"""Allowed code widths in bits."""
 PARAM_DTYPE = torch.bfloat16
 """dtype of the per-row scale and zero point on the wire."""
 PARAM_BYTES_PER_ROW: int = 2 * torch.finfo(PARAM_DTYPE).bits // 8

@@ -12,47 +12,38 @@ from torch import Tensor, nn
 from torchmetrics import MeanAbsoluteError, Metric
 from torchmetrics.classification import MulticlassAccuracy
 
-from lightgraph.data.node_sequence import TokenBatch
-from lightgraph.nn.graph_transformer import MultiheadGraphAttention, SequenceBatchNorm
+from lightgraph.data.token_batch import TokenBatch
+from lightgraph.distributed.context import ParallelContextHolder
+from lightgraph.distributed.sequence_parallel import SequenceParallel
+from lightgraph.nn.attention import MultiheadGraphAttention
+from lightgraph.nn.norm import SequenceBatchNorm
 
 TASKS = ("node", "graph")
 
 
-def _installed_sequence_parallel(trainer: Any) -> Any:
-    """The strategy's ``sequence_parallel`` when it spans more than one rank, else ``None``."""
-    if trainer is None:
-        return None
-    try:
-        sp = getattr(trainer.strategy, "sequence_parallel", None)
-    except RuntimeError:  # not set up
-        return None
-    if sp is None or sp.world_size <= 1:
-        return None
-    return sp
-
-
-class GraphTransformerModule(pl.LightningModule):
-    """Train a graph transformer (:class:`~lightgraph.nn.graph_transformer.Graphormer`,
-    :class:`~lightgraph.nn.graph_transformer.GT`) on TorchGT's node sequences or graph sets.
+class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
+    """Train a graph transformer (:class:`~lightgraph.nn.models.graphormer.Graphormer`,
+    :class:`~lightgraph.nn.models.gt.GT`) on TorchGT's node sequences or graph sets.
 
     ``task="node"``: every batch is one node sequence
     (:class:`~lightgraph.data.node_sequence.NodeSequenceDataModule`); the loss is the mean
     over the sequence's training tokens. Under a graph-parallel strategy
-    (``GraphParallelStrategy``) :meth:`setup` installs the strategy's ``sequence_parallel``
-    on every attention layer (and synchronised batch norm) and checks that the heads split
-    over the ranks; each rank then holds a token shard, sums the loss over its labelled
-    tokens, divides by the sequence's *global* count of labelled tokens and multiplies by
-    the world size ``P``:
+    (``GraphParallelStrategy``) the strategy hands its ``sequence_parallel`` to the module
+    (:attr:`parallel_context`) and :meth:`configure_model` installs it on every attention
+    layer (and synchronised batch norm) after checking that the heads split over the
+    ranks; each rank then holds a token shard, sums the loss over its labelled tokens and
+    divides by the sequence's *global* count of labelled tokens:
 
     .. math::
-        \\mathcal{L}_r = \\frac{P}{|\\mathcal{T}|} \\sum_{i \\in \\mathcal{T} \\cap
+        \\mathcal{L}_r = \\frac{1}{|\\mathcal{T}|} \\sum_{i \\in \\mathcal{T} \\cap
         \\text{shard}(r)} \\ell_i,
 
-    so DDP's average of the ranks' gradients is the single-process gradient (the
+    so the strategy's sum of the ranks' gradients is the single-process gradient (the
     all-to-all backward routes every token's gradient to the rank that computed it).
     ``task="graph"``: batches of graphs
     (:class:`~lightgraph.data.graph_set.GraphSetDataModule`), mean loss over the batch's
-    graphs, plain data parallelism.
+    graphs, plain data parallelism (divided by the world size under a graph-parallel
+    strategy, which sums gradients instead of averaging them).
 
     Classification (``num_classes`` set) uses cross-entropy and accuracy, regression
     (``num_classes=None``) the L1 loss and mean absolute error.
@@ -131,8 +122,17 @@ class GraphTransformerModule(pl.LightningModule):
         return [m for m in self.model.modules() if isinstance(m, MultiheadGraphAttention)]
 
     # ------------------------------------------------------------------------- set-up
+    @property
+    def sequence_parallel(self) -> SequenceParallel | None:
+        """The strategy's sequence parallelism when it spans more than one rank, else ``None``."""
+        sp = self.parallel_context.sequence_parallel
+        return sp if sp is not None and sp.world_size > 1 else None
+
     def setup(self, stage: str) -> None:
-        sp = _installed_sequence_parallel(self._trainer)
+        self._check_pe_dim()
+
+    def configure_model(self) -> None:
+        sp = self.sequence_parallel
         if sp is None:
             return
         for module in self.model.modules():
@@ -141,6 +141,22 @@ class GraphTransformerModule(pl.LightningModule):
                 module.sequence_parallel = sp
             elif isinstance(module, SequenceBatchNorm):
                 module.sequence_parallel = sp
+
+    def _check_pe_dim(self) -> None:
+        """A model that reads Laplacian PEs needs a data module built with its ``pe_dim``."""
+        if not getattr(self.model, "requires_laplacian_pe", False):
+            return
+        datamodule = getattr(self._trainer, "datamodule", None)
+        data_pe_dim = getattr(datamodule, "pe_dim", None)
+        if data_pe_dim is None or data_pe_dim == self.model.pe_dim:
+            return  # not one of lightgraph's data modules: the model checks every batch
+        pe_dim = self.model.pe_dim
+        raise ValueError(
+            f"GraphTransformerModule: {type(self.model).__name__} reads pe_dim={pe_dim} Laplacian "
+            f"positional encodings per token but {type(datamodule).__name__} builds "
+            f"pe_dim={data_pe_dim}; set the data module's `pe_dim` to {pe_dim} "
+            f"(CLI/YAML: `data.init_args.pe_dim: {pe_dim}`)."
+        )
 
     def teardown(self, stage: str) -> None:
         for module in self.model.modules():
@@ -159,14 +175,20 @@ class GraphTransformerModule(pl.LightningModule):
     def _scores(self, out: Tensor, target: Tensor) -> Tensor:
         return out if self.num_classes is not None else out.reshape(target.shape)
 
+    def _mask(self, batch: TokenBatch, mask_name: str) -> Tensor:
+        masks = {"train_mask": batch.train_mask, "val_mask": batch.val_mask, "test_mask": batch.test_mask}
+        return masks[mask_name]
+
     def _node_loss(self, out: Tensor, batch: TokenBatch, mask_name: str) -> Tensor:
-        """This rank's share of the sequence's mean loss, scaled for DDP's average."""
-        mask = getattr(batch, mask_name)
+        """This rank's share of the sequence's mean loss (the shares add up to the mean)."""
+        mask = self._mask(batch, mask_name)
         total = self._loss(out[mask], batch.y[mask], "sum")
         count = max(batch.global_counts.get(mask_name, int(mask.sum())), 1)
-        sp = _installed_sequence_parallel(self._trainer)
-        scale = sp.world_size if sp is not None and batch.is_sharded else 1
-        return total * (scale / count)
+        return total / count
+
+    def _loss_reduction(self, batch: TokenBatch) -> str:
+        """How ranks' logged losses combine: shares of one sequence add up, batch means average."""
+        return "sum" if self.task == "node" and batch.is_sharded else "mean"
 
     # ------------------------------------------------------------------------ training
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -183,17 +205,20 @@ class GraphTransformerModule(pl.LightningModule):
         else:
             loss = self._loss(out, batch.y, "mean")
             size = batch.num_graphs
-        # Every rank logs its P-scaled share: their mean is the sequence's mean loss.
         self.log(
             "train_loss",
             loss.detach(),
-            reduce_fx="mean",
+            reduce_fx=self._loss_reduction(batch),
             sync_dist=True,
             prog_bar=True,
             on_step=False,
             on_epoch=True,
             batch_size=size,
         )
+        sp = self.sequence_parallel
+        if sp is not None and not batch.is_sharded:
+            # Whole batches per rank under a strategy that sums gradients: average them.
+            return loss / sp.world_size
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -226,7 +251,13 @@ class GraphTransformerModule(pl.LightningModule):
         if stage == "val":
             mask = batch.val_mask
             loss = self._node_loss(out, batch, "val_mask")
-            self.log("val_loss", loss, reduce_fx="mean", sync_dist=True, batch_size=1)
+            self.log(
+                "val_loss",
+                loss,
+                reduce_fx=self._loss_reduction(batch),
+                sync_dist=True,
+                batch_size=1,
+            )
             self.val_metric.update(self._scores(out[mask], batch.y[mask]), batch.y[mask])
             self.log(f"val_{name}", self.val_metric, prog_bar=True, batch_size=1)
         mask = batch.test_mask

@@ -13,16 +13,20 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
 
 from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.nn.partitioned_graph import PartitionedGraph
+from lightgraph.utilities.checks import check_non_negative, check_positive
 
 
-class NodeClassifier(pl.LightningModule):
+class NodeClassifier(ParallelContextHolder, pl.LightningModule):
     """Full-graph node classification with any :mod:`lightgraph.nn` model.
 
     Each step trains on the rank's partition (the whole graph on one process). The loss
-    is normalised by the *global* number of training nodes and scaled by the world size,
-    so after DDP averages the gradients every rank holds the gradient of the mean loss
-    over the whole graph — the same gradient single-process training computes.
+    is the rank's share of the global mean: its partial sum divided by the *global*
+    number of training nodes. Under a boundary-exchange strategy, which sums the ranks'
+    gradients, every rank then holds the gradient of the mean loss over the whole graph —
+    the same gradient single-process training computes. The strategy's halo exchanger
+    reaches the module through its :attr:`parallel_context`.
 
     Logged metrics (all global, i.e. reduced over partitions): ``train_loss``,
     ``val_loss``, ``val_acc`` / ``test_acc`` (``val_f1`` / ``test_f1``, micro-F1, for
@@ -49,16 +53,12 @@ class NodeClassifier(pl.LightningModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__()
-        if not isinstance(num_classes, int) or num_classes < 2 and not multilabel:
-            raise ValueError(
-                f"NodeClassifier: expected `num_classes` >= 2 but got {num_classes!r}."
-            )
-        if lr <= 0:
-            raise ValueError(f"NodeClassifier: expected `lr` > 0 but got {lr!r}.")
-        if weight_decay < 0:
-            raise ValueError(
-                f"NodeClassifier: expected `weight_decay` >= 0 but got {weight_decay!r}."
-            )
+        owner = "NodeClassifier"
+        low = 1 if multilabel else 2
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < low:
+            raise ValueError(f"{owner}: expected `num_classes` >= {low} but got {num_classes!r}.")
+        check_positive(owner, "lr", lr)
+        check_non_negative(owner, "weight_decay", weight_decay)
         self.save_hyperparameters(ignore=["model"])
         self.model = model
         self.multilabel = multilabel
@@ -75,16 +75,13 @@ class NodeClassifier(pl.LightningModule):
     # ------------------------------------------------------------------------ helpers
     def graph(self, plan: PartitionPlan, stage: str) -> PartitionedGraph:
         """Bind the strategy's halo exchanger (if any) to a partition plan."""
-        exchanger = None
         trainer = self._trainer
-        if trainer is not None:
-            if plan.num_parts != trainer.world_size:
-                raise ValueError(
-                    f"NodeClassifier: the partition plan has {plan.num_parts} partitions but the "
-                    f"Trainer runs {trainer.world_size} processes."
-                )
-            if plan.num_parts > 1:
-                exchanger = getattr(trainer.strategy, "exchanger", None)
+        if trainer is not None and plan.num_parts != trainer.world_size:
+            raise ValueError(
+                f"NodeClassifier: the partition plan has {plan.num_parts} partitions but the "
+                f"Trainer runs {trainer.world_size} processes."
+            )
+        exchanger = self.parallel_context.halo_exchanger if plan.num_parts > 1 else None
         return PartitionedGraph(plan, exchanger, stage)
 
     def forward(self, plan: PartitionPlan, stage: str = "predict") -> Tensor:
@@ -103,12 +100,8 @@ class NodeClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------------ steps
     def on_train_epoch_start(self) -> None:
-        exchanger = (
-            getattr(self.trainer.strategy, "exchanger", None)
-            if self.trainer.world_size > 1
-            else None
-        )
-        if exchanger is not None and hasattr(exchanger, "start_epoch"):
+        exchanger = self.parallel_context.halo_exchanger
+        if exchanger is not None:
             exchanger.start_epoch(self.current_epoch)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -128,9 +121,8 @@ class NodeClassifier(pl.LightningModule):
             on_epoch=True,
             batch_size=1,
         )
-        # DDP averages gradients over ranks; scaling by the world size turns the average
-        # of the ranks' partial sums back into the gradient of the global mean.
-        return mean * self.trainer.world_size
+        # The strategy sums the ranks' gradients: the partial means add up to the global one.
+        return mean
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.log(
@@ -144,11 +136,7 @@ class NodeClassifier(pl.LightningModule):
         )
 
     def on_train_epoch_end(self) -> None:
-        exchanger = (
-            getattr(self.trainer.strategy, "exchanger", None)
-            if self.trainer.world_size > 1
-            else None
-        )
+        exchanger = self.parallel_context.halo_exchanger
         if exchanger is None:
             return
         stats = exchanger.stats
@@ -162,7 +150,6 @@ class NodeClassifier(pl.LightningModule):
                 reduce_fx="sum",
                 sync_dist=True,
             )
-        stats.reset()
 
     def _evaluate(self, batch: PartitionPlan, stage: str) -> None:
         logits = self(batch, stage)

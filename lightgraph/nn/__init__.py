@@ -1,23 +1,22 @@
 """Partition-aware graph neural network layers and models."""
 
-from lightgraph.nn.attention import AttentionGraph, attend
-from lightgraph.nn.dagnn import DAGNN
-from lightgraph.nn.gat import GAT
-from lightgraph.nn.gcn import GCN
-from lightgraph.nn.gcn_propagation import GCNPropagation
-from lightgraph.nn.gcnii import GCNII
-from lightgraph.nn.graph_sage import GraphSAGE
-from lightgraph.nn.graph_transformer import (
-    GT,
-    Graphormer,
-    GraphTransformerLayer,
-    MultiheadGraphAttention,
-)
-from lightgraph.nn.jknet import JKNet
-from lightgraph.nn.mlp import MLP
-from lightgraph.nn.partition_aware import PartitionAware
+from lightgraph.nn.attention import AttentionGraph, MultiheadGraphAttention, attend
+from lightgraph.nn.conv.gcn_propagation import GCNPropagation
+from lightgraph.nn.conv.partition_aware import PartitionAware
+from lightgraph.nn.models.basic_gnn import BasicGNN
+from lightgraph.nn.models.dagnn import DAGNN
+from lightgraph.nn.models.gat import GAT
+from lightgraph.nn.models.gcn import GCN
+from lightgraph.nn.models.gcnii import GCNII
+from lightgraph.nn.models.graph_sage import GraphSAGE
+from lightgraph.nn.models.graph_transformer_layer import GraphTransformerLayer
+from lightgraph.nn.models.graphormer import Graphormer
+from lightgraph.nn.models.gt import GT
+from lightgraph.nn.models.jknet import JKNet
+from lightgraph.nn.models.mlp import MLP
+from lightgraph.nn.models.sgc import SGC
+from lightgraph.nn.norm.sequence_batch_norm import SequenceBatchNorm
 from lightgraph.nn.partitioned_graph import PartitionedGraph
-from lightgraph.nn.sgc import SGC
 
 __all__ = [
     "AttentionGraph",
@@ -25,7 +24,9 @@ __all__ = [
     "Graphormer",
     "GraphTransformerLayer",
     "MultiheadGraphAttention",
+    "SequenceBatchNorm",
     "attend",
+    "BasicGNN",
     "DAGNN",
     "GAT",
     "GCN",

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.partition_plan import PartitionPlan
-
-ExchangeFn = Callable[..., Tensor]
+from lightgraph.typing import HaloExchange
 
 
 class PartitionedGraph:
@@ -22,14 +20,14 @@ class PartitionedGraph:
 
     Args:
         plan: the rank's :class:`~lightgraph.data.PartitionPlan`.
-        exchanger: callable ``(x, plan, stage=..., layer=...) -> [inner; halo] rows``,
-            usually the strategy's :class:`~lightgraph.strategies.HaloExchanger`; may be
-            ``None`` only when the plan has no halo nodes.
+        exchanger: a :class:`~lightgraph.typing.HaloExchange`, usually the
+            :class:`~lightgraph.distributed.HaloExchanger` the strategy hands the module;
+            may be ``None`` only when the plan has no halo nodes.
         stage: label under which exchanged bytes are counted (``"train"``, ``"val"``, ...).
     """
 
     def __init__(
-        self, plan: PartitionPlan, exchanger: ExchangeFn | None = None, stage: str = "train"
+        self, plan: PartitionPlan, exchanger: HaloExchange | None = None, stage: str = "train"
     ) -> None:
         if exchanger is None and plan.num_parts > 1:
             raise ValueError(
@@ -53,8 +51,7 @@ class PartitionedGraph:
     @property
     def overlaps(self) -> bool:
         """Whether layers should compute central rows while the exchange is in flight."""
-        check = getattr(self.exchanger, "overlaps", None)
-        return bool(check(self.stage)) if check is not None else False
+        return self.exchanger is not None and self.exchanger.overlaps(self.stage)
 
     def start_exchange(
         self, x: Tensor, layer: str = "layer", aggregation: str | None = None
@@ -84,9 +81,8 @@ class PartitionedGraph:
         return self.exchanger(x, self.plan, stage=self.stage, layer=layer)
 
     def _report(self, layer: str, aggregation: str | None) -> None:
-        setter = getattr(self.exchanger, "set_aggregation", None)
-        if aggregation is not None and setter is not None:
-            setter(layer, aggregation)
+        if aggregation is not None and self.exchanger is not None:
+            self.exchanger.set_aggregation(layer, aggregation)
 
     def __repr__(self) -> str:
         p = self.plan

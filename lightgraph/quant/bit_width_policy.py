@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
-
 import torch
 from torch import Tensor
 
-from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.functional.halo_plan import HaloPlan
+from lightgraph.utilities.checks import BITS, check_bits
 
-BITS: tuple[int, ...] = (1, 2, 4, 8)
-
-
-def check_bits(owner: str, name: str, value: int, allowed: tuple[int, ...] = BITS) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value not in allowed:
-        raise ValueError(f"{owner}: expected `{name}` to be one of {allowed} but got {value!r}.")
-    return value
+__all__ = ["BITS", "BitWidthPolicy", "check_bits"]
 
 
 class BitWidthPolicy(ABC):
@@ -25,7 +18,7 @@ class BitWidthPolicy(ABC):
     The sender of a row and its receiver compute its width independently — the sender
     for the inner nodes it sends, the receiver for the halo nodes it receives — and must
     get the same answer, so a policy may depend only on information both ends share
-    (global node properties stored in the :class:`~lightgraph.data.PartitionPlan`, the
+    (global node properties stored in the :class:`~lightgraph.functional.HaloPlan`, the
     layer, the direction and its own settings, which callbacks change identically on all
     ranks). No bit-width metadata is sent.
 
@@ -58,7 +51,7 @@ class BitWidthPolicy(ABC):
         self._base_bits = check_bits(type(self).__name__, "base_bits", value)
 
     @abstractmethod
-    def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
+    def row_bits(self, plan: HaloPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
         """Bit-width (``torch.long``, values in (1, 2, 4, 8)) of each row.
 
         Args:
@@ -70,7 +63,7 @@ class BitWidthPolicy(ABC):
         """
 
     def message_bits(
-        self, plan: PartitionPlan, layer: str, direction: str
+        self, plan: HaloPlan, layer: str, direction: str
     ) -> tuple[Tensor, Tensor]:
         """Widths of a complete exchange: ``(send_bits, recv_bits)``.
 
@@ -87,18 +80,19 @@ class BitWidthPolicy(ABC):
             self.row_bits(plan, halo, layer, direction),
         )
 
-    def setup(self, exchanger: Any) -> None:  # noqa: B027 - optional hook
-        """Called once by the exchanger when the process group is ready (collective)."""
-
     def observe(  # noqa: B027 - optional hook
         self,
-        plan: PartitionPlan,
+        plan: HaloPlan,
         layer: str,
         direction: str,
         rows: Tensor,
-        aggregation: str,
+        alpha2: Tensor | None,
     ) -> None:
-        """Rows this rank sends in one complete exchange (called only while :attr:`tracing`)."""
+        """Rows this rank sends in one complete exchange (called only while :attr:`tracing`).
+
+        ``alpha2`` holds the receiver-side aggregation coefficients of this rank's halo rows
+        (:func:`~lightgraph.quant.aggregation_coefficients`) for forward exchanges.
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_bits={self.base_bits})"

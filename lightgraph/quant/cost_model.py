@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -317,123 +316,6 @@ class CommCostModel:
             return _matrix(owner, name, v, world_size)
 
         return cls(expand("theta", theta), expand("gamma", gamma))
-
-    @classmethod
-    def profile(
-        cls,
-        group: dist.ProcessGroup | None = None,
-        sizes_bytes: Sequence[int] = DEFAULT_PROFILE_SIZES,
-        repeats: int = 3,
-        warmup: int = 1,
-        device: torch.device | str | None = None,
-    ) -> CommCostModel:
-        """AdaQP §4.2: profile θ and γ of every ordered rank pair with real transfers.
-
-        Collective: every rank of ``group`` must call it with the same arguments. The
-        transfers follow the ring all-to-all of AdaQP Fig. 8 so that links are loaded as
-        in training: in round ``r`` every rank sends a ``size``-byte ``uint8`` buffer to
-        ``rank + r`` and receives one from ``rank - r`` (``isend``/``irecv``). A sample of
-        pair ``(src, dst)`` is the time at ``dst`` from leaving a barrier to the receive's
-        completion; ``warmup`` unrecorded and ``repeats`` recorded transfers are made per
-        round and size, and the median of the recorded ones is kept. The samples are
-        summed over ranks (each pair is timed by one receiver) with an ``all_reduce``;
-        rank 0 fits :func:`fit_cost_model` per pair and broadcasts θ and γ, so every rank
-        returns the same model.
-
-        Args:
-            group: the process group (default: the world). Ranks in the model are ranks
-                in this group.
-            sizes_bytes: message sizes in bytes, at least two distinct positive values.
-                Cover the sizes training sends (one pair's codes of one layer).
-            repeats: recorded transfers per round and size (>= 1).
-            warmup: unrecorded transfers before them (>= 0).
-            device: where the buffers live; default ``cuda:<current>`` for NCCL, else CPU.
-
-        Returns:
-            The fitted model (``world_size`` of the group; a single rank gets a 1×1 model).
-
-        Raises:
-            RuntimeError: if ``torch.distributed`` is not initialised.
-            ValueError: on invalid ``sizes_bytes``, ``repeats`` or ``warmup``.
-        """
-        owner = "CommCostModel.profile"
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError(
-                f"{owner}: torch.distributed is not initialised; call dist.init_process_group first."
-            )
-        sizes = list(sizes_bytes)
-        if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes) or (
-            len(set(sizes)) < 2
-        ):
-            raise ValueError(
-                f"{owner}: expected `sizes_bytes` to hold at least 2 distinct positive integers "
-                f"but got {tuple(sizes)!r}."
-            )
-        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(
-                f"{owner}: expected `repeats` to be an integer >= 1 but got {repeats!r}."
-            )
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(
-                f"{owner}: expected `warmup` to be an integer >= 0 but got {warmup!r}."
-            )
-        world = dist.get_world_size(group)
-        rank = dist.get_rank(group)
-        if world == 1:
-            return cls(np.zeros((1, 1)), np.zeros((1, 1)))
-        if device is None:
-            backend = str(dist.get_backend(group)).lower()
-            device = (
-                torch.device("cuda", torch.cuda.current_device())
-                if "nccl" in backend
-                else torch.device("cpu")
-            )
-        device = torch.device(device)
-
-        def global_rank(r: int) -> int:
-            return r if group is None else dist.get_global_rank(group, r)
-
-        def sync() -> None:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-
-        send_buf = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
-        recv_buf = torch.empty(max(sizes), dtype=torch.uint8, device=device)
-        samples = torch.zeros(world, world, len(sizes), dtype=torch.float64, device=device)
-        for r in range(1, world):
-            dst, src = (rank + r) % world, (rank - r) % world
-            for si, size in enumerate(sizes):
-                recorded: list[float] = []
-                for it in range(warmup + repeats):
-                    sync()
-                    dist.barrier(group=group)
-                    start = time.perf_counter()
-                    ops = [
-                        dist.P2POp(dist.irecv, recv_buf[:size], global_rank(src), group),
-                        dist.P2POp(dist.isend, send_buf[:size], global_rank(dst), group),
-                    ]
-                    reqs = dist.batch_isend_irecv(ops)
-                    reqs[0].wait()
-                    sync()
-                    elapsed = time.perf_counter() - start
-                    for req in reqs[1:]:
-                        req.wait()
-                    if it >= warmup:
-                        recorded.append(elapsed)
-                samples[src, rank, si] = float(np.median(recorded))
-        dist.all_reduce(samples, group=group)
-        theta = torch.zeros(world, world, dtype=torch.float64, device=device)
-        gamma = torch.zeros(world, world, dtype=torch.float64, device=device)
-        if rank == 0:
-            table = samples.cpu().numpy()
-            for s in range(world):
-                for d in range(world):
-                    if s != d:
-                        th, ga = fit_cost_model(sizes, table[s, d])
-                        theta[s, d], gamma[s, d] = th, ga
-        dist.broadcast(theta, src=global_rank(0), group=group)
-        dist.broadcast(gamma, src=global_rank(0), group=group)
-        return cls(theta.cpu().numpy(), gamma.cpu().numpy())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CommCostModel):

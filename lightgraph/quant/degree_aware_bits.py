@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightgraph.data.partition_plan import PartitionPlan
-from lightgraph.quant.bit_width_policy import BITS, BitWidthPolicy
+from lightgraph.functional.halo_plan import HaloPlan
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+from lightgraph.utilities.checks import BITS
 
 
 class DegreeAwareBits(BitWidthPolicy):
@@ -32,7 +33,7 @@ class DegreeAwareBits(BitWidthPolicy):
     def candidates(self) -> tuple[int, ...]:
         return tuple(b for b in BITS if b >= self.base_bits)
 
-    def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
+    def row_bits(self, plan: HaloPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
         levels = torch.tensor(self.candidates(), dtype=torch.long, device=nodes.device)
         p = plan.importance[nodes].to(nodes.device)
         index = torch.clamp((p * len(levels)).long(), max=len(levels) - 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.functional.halo_plan import HaloPlan
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
 
 
@@ -19,5 +19,5 @@ class FixedBits(BitWidthPolicy):
         base_bits: the bit-width.
     """
 
-    def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
+    def row_bits(self, plan: HaloPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
         return torch.full((nodes.numel(),), self.base_bits, dtype=torch.long, device=nodes.device)

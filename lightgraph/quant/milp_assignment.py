@@ -15,7 +15,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 from torch import Tensor
 
-from lightgraph.quant.bit_width_policy import BITS
+from lightgraph.utilities.checks import BITS
 
 ALLOWED_BITS: tuple[int, ...] = BITS
 NORMALIZATIONS: tuple[str, ...] = ("nadir_utopia", "magnitude", "none")

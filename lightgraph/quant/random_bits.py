@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lightgraph.data.partition_plan import PartitionPlan
-from lightgraph.quant.bit_width_policy import BITS, BitWidthPolicy, check_bits
+from lightgraph.functional.halo_plan import HaloPlan
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+from lightgraph.utilities.checks import BITS, check_bits
 
 _MASK = (1 << 62) - 1
 
@@ -50,7 +51,7 @@ class RandomBits(BitWidthPolicy):
         """Draw new widths for every row (identically on all ranks)."""
         self.version += 1
 
-    def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
+    def row_bits(self, plan: HaloPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
         salt = sum(ord(c) * 131**i for i, c in enumerate(f"{layer}/{direction}")) & 0xFFFFFFFF
         key = (
             plan.global_ids[nodes].long() * 1_000_003

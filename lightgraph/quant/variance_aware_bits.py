@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -13,12 +11,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.functional.halo_plan import HaloPlan
 from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW
-from lightgraph.quant.bit_width_policy import BITS, BitWidthPolicy, check_bits
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+from lightgraph.utilities.checks import BITS, check_bits
 from lightgraph.quant.cost_model import DEFAULT_PROFILE_SIZES, CommCostModel, ring_schedule
 from lightgraph.quant.milp_assignment import (
     METHODS,
@@ -27,8 +26,6 @@ from lightgraph.quant.milp_assignment import (
     group_messages,
     solve_bit_assignment,
 )
-
-log = logging.getLogger(__name__)
 
 #: How a layer weighs a received halo row in its aggregation (see :func:`aggregation_coefficients`).
 AGGREGATIONS: tuple[str, ...] = ("gcn", "mean", "sum")
@@ -56,10 +53,10 @@ def aggregation_coefficients(plan: PartitionPlan, aggregation: str) -> Tensor:
             f"aggregation_coefficients: expected `aggregation` to be one of {AGGREGATIONS} but got "
             f"{aggregation!r}."
         )
-    key = ("alpha2", aggregation)
-    cached = plan._cache.get(key)
-    if cached is not None:
-        return cached
+    return plan.cached(("alpha2", aggregation), lambda: _coefficients(plan, aggregation))
+
+
+def _coefficients(plan: PartitionPlan, aggregation: str) -> Tensor:
     if aggregation == "gcn":
         (src, dst), weight = plan.gcn_edge_index(torch.float64)
     else:
@@ -76,7 +73,6 @@ def aggregation_coefficients(plan: PartitionPlan, aggregation: str) -> Tensor:
     alpha.index_add_(0, inverse, weight)
     out = torch.zeros(plan.num_halo, dtype=torch.float64, device=src.device)
     out.index_add_(0, pair_id // plan.num_inner - plan.num_inner, alpha.square())
-    plan._cache[key] = out
     return out
 
 
@@ -228,17 +224,21 @@ class VarianceAwareBits(BitWidthPolicy):
        :math:`\\sum_v \\alpha^2_{k,v}` from the plan (:func:`aggregation_coefficients`;
        gradients sent back are added with coefficient 1, since the holder already
        applied the coefficients before sending);
-    2. gathers them on rank 0, which sorts each pair's messages by β, cuts them into
-       groups of ``group_size`` and solves the bi-objective MILP of Eq. 12 per layer and
-       direction (:func:`~lightgraph.quant.solve_bit_assignment`, HiGHS), the problems
-       in parallel threads;
-    3. broadcasts the per-row widths, so sender and receiver agree without metadata.
+    2. the runtime (:func:`~lightgraph.distributed.reassign_bits`) gathers the traces
+       (:attr:`traces`) on rank 0, where :meth:`solve` sorts each pair's messages by β,
+       cuts them into groups of ``group_size`` and solves the bi-objective MILP of Eq. 12
+       per layer and direction (:func:`~lightgraph.quant.solve_bit_assignment`, HiGHS),
+       the problems in parallel threads;
+    3. the runtime broadcasts the per-row widths and every rank :meth:`apply`-s them, so
+       sender and receiver agree without metadata.
+
+    The policy itself is pure: it owns no process group and makes no collective call.
 
     Until the first assignment every row is sent with ``initial_bits`` (AdaQP: 8).
 
     The pair costs :math:`\\theta_i, \\gamma_i` come from ``cost_model``: ``None``
-    profiles real transfers at start-up (:meth:`CommCostModel.profile
-    <lightgraph.quant.CommCostModel.profile>`, about a second), reusing
+    profiles real transfers when the exchanger starts
+    (:func:`~lightgraph.distributed.resolve_cost_model`, about a second), reusing
     ``cost_model_path`` if that file exists for the same world size and writing it
     otherwise; a path loads a saved model; a mapping ``{theta: ..., gamma: ...}`` (seconds
     per bit, seconds; scalars or matrices) or a :class:`~lightgraph.quant.CommCostModel`
@@ -339,19 +339,16 @@ class VarianceAwareBits(BitWidthPolicy):
         self.assignment: dict[Key, dict[Pair, np.ndarray]] = {}
         self.reports: list[AssignmentReport] = []
         self._traces: dict[Key, dict[str, Any]] = {}
-        self._exchanger: Any = None
         self.last_problems: dict[Key, tuple[dict[Pair, tuple[np.ndarray, np.ndarray]], int]] = {}
 
     # --------------------------------------------------------------- BitWidthPolicy API
-    def row_bits(self, plan: PartitionPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
+    def row_bits(self, plan: HaloPlan, nodes: Tensor, layer: str, direction: str) -> Tensor:
         raise TypeError(
             "VarianceAwareBits: widths depend on the device pair a row travels between, not on the "
             "node alone; use message_bits(plan, layer, direction)."
         )
 
-    def message_bits(
-        self, plan: PartitionPlan, layer: str, direction: str
-    ) -> tuple[Tensor, Tensor]:
+    def message_bits(self, plan: HaloPlan, layer: str, direction: str) -> tuple[Tensor, Tensor]:
         device = plan.send_index.device
         table = self.assignment.get((layer, direction))
         if table is None:
@@ -374,50 +371,19 @@ class VarianceAwareBits(BitWidthPolicy):
             )
         return send_bits.long().to(device), recv_bits.long().to(device)
 
-    def setup(self, exchanger: Any) -> None:
-        """Build the cost model (collective when profiling)."""
-        self._exchanger = exchanger
-        if self.cost_model is not None:
-            return
-        group = exchanger.group
-        world = dist.get_world_size(group)
-        spec = self.cost_model_spec
-        if isinstance(spec, Mapping):
-            self.cost_model = CommCostModel.from_config(
-                spec.get("theta"), spec.get("gamma", 0.0), world_size=world
-            )
-        elif isinstance(spec, str | os.PathLike):
-            self.cost_model = CommCostModel.load(spec)
-        else:
-            path = self.cost_model_path
-            cached = None
-            if path is not None and os.path.exists(path):
-                cached = CommCostModel.load(path)
-                if cached.world_size != world:
-                    cached = None
-            if cached is not None:
-                self.cost_model = cached
-            else:
-                tic = time.perf_counter()
-                self.cost_model = CommCostModel.profile(group, sizes_bytes=self.profile_sizes)
-                log.info(
-                    "VarianceAwareBits: profiled %s in %.2fs",
-                    self.cost_model,
-                    time.perf_counter() - tic,
-                )
-                if path is not None and dist.get_rank(group) == 0:
-                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                    self.cost_model.save(path)
-        if self.cost_model.world_size != world:
-            raise ValueError(
-                f"VarianceAwareBits: the cost model is for {self.cost_model.world_size} ranks but the "
-                f"exchange has {world}."
-            )
-
     def observe(
-        self, plan: PartitionPlan, layer: str, direction: str, rows: Tensor, aggregation: str
+        self, plan: HaloPlan, layer: str, direction: str, rows: Tensor, alpha2: Tensor | None
     ) -> None:
-        """Record the value range of every sent row (and the receiver-side coefficients)."""
+        """Record the value range of every sent row and, forward, the receiver's coefficients.
+
+        Args:
+            plan: the calling rank's exchange topology.
+            layer: the exchanging layer.
+            direction: ``"forward"`` or ``"backward"``.
+            rows: the rows this rank sends, in message order.
+            alpha2: ``[num_halo]`` :func:`aggregation_coefficients` of this rank's halo rows
+                (needed forward: this rank is the receiver of those rows).
+        """
         flat = rows.detach().reshape(rows.size(0), -1)
         if flat.size(0):
             ranges2 = (flat.amax(1) - flat.amin(1)).double().square().cpu().numpy()
@@ -430,53 +396,55 @@ class VarianceAwareBits(BitWidthPolicy):
             "ranges2": {q: splits[q] for q in range(plan.num_parts) if q != plan.rank},
         }
         if direction == "forward":
-            alpha2 = aggregation_coefficients(plan, aggregation).cpu().numpy()
-            parts = np.split(alpha2, np.cumsum(plan.halo_counts)[:-1])
+            if alpha2 is None:
+                raise ValueError(
+                    "VarianceAwareBits.observe: expected `alpha2` (the receiver's aggregation "
+                    "coefficients) for a forward exchange but got None."
+                )
+            parts = np.split(alpha2.cpu().numpy(), np.cumsum(plan.halo_counts)[:-1])
             entry["alpha2"] = {q: parts[q] for q in range(plan.num_parts) if q != plan.rank}
         self._traces[(layer, direction)] = entry
 
     # ------------------------------------------------------------------ re-assignment
-    def reassign(
-        self,
-        group: dist.ProcessGroup | None = None,
-        transport: str | None = None,
-        epoch: int | None = None,
-    ) -> AssignmentReport:
-        """Solve new widths from the traces (collective: every rank of the exchange calls it).
+    @property
+    def traces(self) -> dict[Key, dict[str, Any]]:
+        """This rank's traces since the last :meth:`apply` (what the runtime gathers)."""
+        return self._traces
 
-        Layers/directions without a trace on every rank keep their widths. Clears the
-        traces and bumps :attr:`version`.
+    def apply(self, table: Mapping[Key, dict[Pair, np.ndarray]], report: AssignmentReport) -> None:
+        """Use the widths :meth:`solve` chose (on every rank); clears the traces, bumps :attr:`version`.
+
+        Layers/directions missing from ``table`` keep their widths.
         """
-        tic = time.perf_counter()
-        if self._exchanger is not None:
-            group = self._exchanger.group if group is None else group
-            transport = self._exchanger.transport if transport is None else transport
-        world = dist.get_world_size(group)
-        rank = dist.get_rank(group)
-        root = 0 if group is None else dist.get_global_rank(group, 0)
-        if self.cost_model is None:
-            raise RuntimeError(
-                "VarianceAwareBits.reassign: no cost model; the strategy calls setup() at start-up "
-                "(or pass `cost_model`)."
-            )
-        gathered: list[Any] | None = [None] * world if rank == 0 else None
-        dist.gather_object(self._traces, gathered, dst=root, group=group)
-        payload: list[Any] = [None]
-        if rank == 0:
-            assert gathered is not None
-            payload[0] = self._solve_all(gathered, world, transport != "all_to_all", epoch)
-        dist.broadcast_object_list(payload, src=root, group=group)
-        table, report = payload[0]
         self.assignment.update(table)
-        report.seconds = time.perf_counter() - tic
         self.reports.append(report)
         self._traces = {}
         self.version += 1
-        return report
 
-    def _solve_all(
-        self, contributions: list[Mapping[Key, Any]], world: int, ring: bool, epoch: int | None
+    def solve(
+        self,
+        contributions: Sequence[Mapping[Key, Any]],
+        world: int,
+        ring: bool,
+        epoch: int | None = None,
     ) -> tuple[dict[Key, dict[Pair, np.ndarray]], AssignmentReport]:
+        """New widths from every rank's :attr:`traces` (``contributions[r]`` from rank ``r``).
+
+        Pure: runs wherever the caller gathered the traces (rank 0). Layers/directions
+        without a trace on every rank are left out of the returned table.
+
+        Args:
+            contributions: the ranks' traces, in rank order.
+            world: number of ranks.
+            ring: whether the exchange uses the ring transport (the time term sums the
+                rounds' makespans) or one all-to-all.
+            epoch: the epoch recorded in the report.
+        """
+        if self.cost_model is None:
+            raise RuntimeError(
+                "VarianceAwareBits.solve: no cost model; the halo exchanger resolves it at "
+                "start-up (or pass `cost_model`)."
+            )
         keys = sorted({k for c in contributions for k in c})
         jobs = []
         for key in keys:
@@ -487,7 +455,7 @@ class VarianceAwareBits(BitWidthPolicy):
             jobs.append((key, rows, dim))
         #: rank 0 only: the merged ``(range², Σα²)`` rows and dims of the last solve
         self.last_problems = {key: (rows, dim) for key, rows, dim in jobs}
-        assert self.cost_model is not None
+        cost_model = self.cost_model
 
         def run(
             job: tuple[Key, Any, int],
@@ -497,7 +465,7 @@ class VarianceAwareBits(BitWidthPolicy):
                 rows,
                 dim,
                 key[1],
-                self.cost_model,
+                cost_model,
                 world,
                 ring=ring,
                 bits=self.bits,

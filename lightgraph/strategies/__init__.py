@@ -2,11 +2,18 @@
 
 from lightning.pytorch.strategies import StrategyRegistry
 
+from lightgraph.distributed.halo_exchanger import HaloExchanger
 from lightgraph.strategies.boundary_exchange import BoundaryExchangeStrategy
+from lightgraph.strategies.exchange_group import ExchangeGroupStrategy
 from lightgraph.strategies.graph_parallel import GraphParallelStrategy
-from lightgraph.strategies.halo_exchanger import HaloExchanger
 
 BoundaryExchangeStrategy.register_strategies(StrategyRegistry)
 GraphParallelStrategy.register_strategies(StrategyRegistry)
 
-__all__ = ["BoundaryExchangeStrategy", "GraphParallelStrategy", "HaloExchanger"]
+__all__ = [
+    "BoundaryExchangeStrategy",
+    "ExchangeGroupStrategy",
+    "GraphParallelStrategy",
+    # kept importable from here; it lives in lightgraph.distributed
+    "HaloExchanger",
+]

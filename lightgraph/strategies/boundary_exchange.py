@@ -2,36 +2,32 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 from typing import Literal
 
 import torch.distributed as dist
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
-from lightning.fabric.strategies import _StrategyRegistry
-from lightning.pytorch.strategies import DDPStrategy
 from typing_extensions import override
 
-from lightgraph.functional.halo_exchange import check_transport
+from lightgraph.distributed.context import ParallelContext
+from lightgraph.distributed.halo_exchanger import MODES, HaloExchanger
+from lightgraph.functional.halo_exchange import TRANSPORTS
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
-from lightgraph.strategies.halo_exchanger import HaloExchanger, check_mode, check_sampling
-
-log = logging.getLogger(__name__)
-
-START_METHODS = ("popen", "spawn", "fork", "forkserver")
+from lightgraph.strategies.exchange_group import ExchangeGroupStrategy
+from lightgraph.utilities.checks import check_choice, check_probability, check_type
 
 
-class BoundaryExchangeStrategy(DDPStrategy):
+class BoundaryExchangeStrategy(ExchangeGroupStrategy):
     """Partition-parallel full-graph training: one graph partition per process.
 
-    Weights are replicated and their gradients all-reduced exactly as in
-    :class:`~lightning.pytorch.strategies.DDPStrategy`. In addition the strategy owns a
-    second process group dedicated to halo exchanges and a
-    :class:`~lightgraph.strategies.HaloExchanger` on it, which the node-classification
-    module hands to every partition-aware layer: forward passes fetch the halo rows of
-    each layer's input, backward passes return the halo gradients to their owners.
-    Keeping the exchange on its own group means its collectives never interleave with
-    DDP's gradient buckets. The same code path serves gloo (CPU) and NCCL (CUDA).
+    Weights are replicated and their gradients all-reduced (summed: every rank's loss is
+    its share of the global loss) as in
+    :class:`~lightgraph.strategies.ExchangeGroupStrategy`. The strategy builds a
+    :class:`~lightgraph.distributed.HaloExchanger` on its dedicated exchange group and
+    hands it to the module in a :class:`~lightgraph.distributed.ParallelContext`; the
+    node-classification module passes it to every partition-aware layer: forward passes
+    fetch the halo rows of each layer's input, backward passes return the halo gradients
+    to their owners. The same code path serves gloo (CPU) and NCCL (CUDA).
 
     The exchange is configurable, and each setting composes with the others: FP32 or
     quantised messages (``quantization``, a :mod:`lightgraph.quant` policy: Sylvie's
@@ -39,8 +35,8 @@ class BoundaryExchangeStrategy(DDPStrategy):
     (``mode``; PipeGCN is ``mode="async"`` in FP32), and BNS-GCN boundary sampling
     (``boundary_sampling``). Callbacks such as
     :class:`~lightgraph.callbacks.AdaptiveBitWidth` and
-    :class:`~lightgraph.callbacks.PipelineAdaptor` retune ``exchanger.policy.base_bits``
-    and ``exchanger.mode`` between epochs.
+    :class:`~lightgraph.callbacks.PipelineAdaptor` retune the exchanger's
+    ``policy.base_bits`` and ``mode`` between epochs.
 
     Registered names: ``"boundary_exchange"`` (``start_method="popen"``, works under
     ``torchrun`` and SLURM), ``"boundary_exchange_spawn"``, ``"boundary_exchange_fork"``.
@@ -65,6 +61,7 @@ class BoundaryExchangeStrategy(DDPStrategy):
     """
 
     strategy_name = "boundary_exchange"
+    strategy_description = "Partition-parallel halo exchange over DDP"
 
     def __init__(
         self,
@@ -79,17 +76,17 @@ class BoundaryExchangeStrategy(DDPStrategy):
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         find_unused_parameters: bool = False,
     ) -> None:
-        check_transport(transport, "BoundaryExchangeStrategy")
-        check_mode(mode, "BoundaryExchangeStrategy")
-        check_sampling(boundary_sampling, "BoundaryExchangeStrategy")
-        if quantization is not None and not isinstance(quantization, BitWidthPolicy):
-            raise TypeError(
-                f"BoundaryExchangeStrategy: expected `quantization` to be a lightgraph.quant.BitWidthPolicy "
-                f"(e.g. DegreeAwareBits, FixedBits) or None but got {type(quantization).__name__}."
-            )
-        if start_method not in START_METHODS:
-            raise ValueError(
-                f"BoundaryExchangeStrategy: expected `start_method` in {START_METHODS} but got {start_method!r}."
+        owner = "BoundaryExchangeStrategy"
+        check_choice(owner, "transport", transport, TRANSPORTS)
+        check_choice(owner, "mode", mode, MODES)
+        check_probability(owner, "boundary_sampling", boundary_sampling, optional=True)
+        if quantization is not None:
+            check_type(
+                owner,
+                "quantization",
+                quantization,
+                BitWidthPolicy,
+                "a lightgraph.quant.BitWidthPolicy such as DegreeAwareBits or FixedBits, or None",
             )
         super().__init__(
             process_group_backend=process_group_backend,
@@ -98,67 +95,47 @@ class BoundaryExchangeStrategy(DDPStrategy):
             find_unused_parameters=find_unused_parameters,
         )
         self.transport = transport
-        self.quantization = quantization
+        self._quantization = quantization
         self.mode = mode
         self.boundary_sampling = boundary_sampling
         self.seed = seed
         self.compile_quantization = compile_quantization
-        self._exchange_group: dist.ProcessGroup | None = None
-        self._exchanger: HaloExchanger | None = None
+
+    @property
+    def quantization(self) -> BitWidthPolicy | None:
+        """The bit-width policy in force: the exchanger's once set up (callbacks may change
+        it there), the configured one before."""
+        if self._context is not None and self._context.halo_exchanger is not None:
+            return self._context.halo_exchanger.policy
+        return self._quantization
 
     @property
     def exchanger(self) -> HaloExchanger:
         """The halo exchanger; available after the process group is set up."""
-        if self._exchanger is None:
+        exchanger = self._context.halo_exchanger if self._context is not None else None
+        if exchanger is None:
             raise RuntimeError(
                 "BoundaryExchangeStrategy.exchanger is available once the Trainer has set up the "
                 "strategy (inside fit/validate/test)."
             )
-        return self._exchanger
+        return exchanger
 
     @override
-    def setup_distributed(self) -> None:
-        super().setup_distributed()
-        # A dedicated group: exchanges in forward/backward and DDP's asynchronous gradient
-        # all-reduce never share a queue, so their order cannot diverge across ranks.
-        self._exchange_group = dist.new_group(
-            backend=self._get_process_group_backend(), timeout=self._timeout
-        )
-        self._exchanger = HaloExchanger(
-            group=self._exchange_group,
+    def build_context(self, group: dist.ProcessGroup) -> ParallelContext:
+        exchanger = HaloExchanger(
+            group=group,
             transport=self.transport,
-            policy=self.quantization,
+            policy=self._quantization,
             mode=self.mode,
             boundary_sampling=self.boundary_sampling,
             seed=self.seed,
             compile_quantization=self.compile_quantization,
         )
-        # e.g. VarianceAwareBits profiles the links of its cost model here (collective).
-        self._exchanger.setup()
-        log.debug("%s: exchange group ready (transport=%s)", type(self).__name__, self.transport)
+        # e.g. VarianceAwareBits gets its cost model here (profiling is collective).
+        exchanger.setup()
+        return ParallelContext(halo_exchanger=exchanger)
 
     @override
-    def teardown(self) -> None:
-        if self._exchanger is not None:
-            self._exchanger.drain()
-        super().teardown()
-        if self._exchange_group is not None and dist.is_initialized():
-            dist.destroy_process_group(self._exchange_group)
-        self._exchange_group = None
-        self._exchanger = None
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        for name, start_method in (
-            ("boundary_exchange", "popen"),
-            ("boundary_exchange_spawn", "spawn"),
-            ("boundary_exchange_fork", "fork"),
-        ):
-            if name not in strategy_registry:
-                strategy_registry.register(
-                    name,
-                    cls,
-                    description=f"Partition-parallel halo exchange over DDP (start_method={start_method!r})",
-                    start_method=start_method,
-                )
+    def close_context(self, context: ParallelContext) -> None:
+        if context.halo_exchanger is not None:
+            context.halo_exchanger.close()

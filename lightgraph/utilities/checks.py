@@ -29,8 +29,11 @@ def _is_real(value: Any) -> bool:
 def check_int(owner: str, name: str, value: Any, low: int = 1, high: int | None = None) -> int:
     """An integer in ``[low, high]`` (``high=None``: unbounded)."""
     if not _is_int(value) or value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{owner}: expected `{name}` to be an integer {bound} but got {value!r}.")
+        if high is None:
+            kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+        else:
+            kind = f"an integer in [{low}, {high}]"
+        raise ValueError(f"{owner}: expected `{name}` to be {kind} but got {value!r}.")
     return int(value)
 
 
@@ -115,16 +118,194 @@ def check_non_empty_str(owner: str, name: str, value: Any) -> str:
     return value
 
 
+def _public_name(cls: type) -> str:
+    """``lightgraph.quant.BitWidthPolicy`` for lightgraph classes (their public import path)."""
+    parts = cls.__module__.split(".")
+    if parts[0] == "lightgraph" and len(parts) > 2:
+        return f"{parts[0]}.{parts[1]}.{cls.__name__}"
+    return cls.__name__
+
+
 def check_type(owner: str, name: str, value: Any, expected: type | tuple[type, ...], hint: str = "") -> Any:
     """An instance of ``expected``; ``hint`` names examples of what to pass."""
     if not isinstance(value, expected):
-        names = (
-            expected.__name__
-            if isinstance(expected, type)
-            else " or ".join(t.__name__ for t in expected)
+        names = " or ".join(
+            _public_name(t) for t in ((expected,) if isinstance(expected, type) else expected)
         )
         extra = f" ({hint})" if hint else ""
         raise TypeError(
             f"{owner}: expected `{name}` to be a {names}{extra} but got {type(value).__name__}."
         )
     return value
+
+
+def check_fraction(owner: str, name: str, value: Any) -> float:
+    """A real number in ``[0, 1]`` (thresholds, densities)."""
+    if not _is_real(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{owner}: expected `{name}` in [0, 1] but got {value!r}.")
+    return float(value)
+
+
+def check_divides(owner: str, name: str, value: Any, total: int, total_name: str) -> int:
+    """A positive integer that divides ``total`` (e.g. attention heads of a hidden size)."""
+    check_int(owner, name, value)
+    if total % value:
+        divisors = tuple(d for d in range(1, total + 1) if total % d == 0)
+        raise ValueError(
+            f"{owner}: expected `{name}` to divide the {total_name} ({total}) but got "
+            f"{name}={value}; pick {name} in {divisors}."
+        )
+    return int(value)
+
+
+# ------------------------------------------------------------------------ tensor arguments
+# torch is imported inside the checks, so the scalar checks above never need it.
+import typing  # noqa: E402
+
+if typing.TYPE_CHECKING:
+    from torch import Tensor
+
+
+def describe(value: Any) -> str:
+    """``"shape (...), dtype ..."`` of a tensor, ``repr`` of anything else (for messages)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"shape {tuple(value.shape)}, dtype {value.dtype}"
+    return repr(value)
+
+
+def check_qkv(owner: str, q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int]:
+    """``q``, ``k``, ``v`` of shape ``[S, H, D]`` that belong together.
+
+    ``v`` may have its own last dimension; all three share one floating dtype and one
+    device. Returns ``(S, H, D)`` of ``q``.
+    """
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{owner}: expected `{name}` of shape [S, H, D] but got {shape}.")
+    if k.shape != q.shape or v.shape[:2] != q.shape[:2]:
+        raise ValueError(
+            f"{owner}: expected `q` and `k` of the same shape [S, H, D] and `v` of shape "
+            f"[S, H, D_v], but got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
+        )
+    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
+        raise ValueError(
+            f"{owner}: expected `q`, `k`, `v` of one floating dtype but got {q.dtype}, {k.dtype}, "
+            f"{v.dtype}."
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"{owner}: expected `q`, `k`, `v` on one device but got {q.device}, {k.device}, "
+            f"{v.device}."
+        )
+    return q.shape[0], q.shape[1], q.shape[2]
+
+
+def check_edge_index(owner: str, edge_index: Tensor, num_tokens: int) -> Tensor:
+    """A ``[2, E]`` long pattern whose token ids lie in ``[0, num_tokens)``."""
+    import torch
+
+    if (
+        not isinstance(edge_index, torch.Tensor)
+        or edge_index.dim() != 2
+        or edge_index.shape[0] != 2
+    ):
+        shape = tuple(edge_index.shape) if isinstance(edge_index, torch.Tensor) else edge_index
+        raise ValueError(f"{owner}: expected `edge_index` of shape [2, E] but got {shape!r}.")
+    if edge_index.dtype != torch.long:
+        raise ValueError(
+            f"{owner}: expected `edge_index` of dtype torch.long but got {edge_index.dtype}."
+        )
+    if edge_index.numel():
+        lo, hi = int(edge_index.min()), int(edge_index.max())
+        if lo < 0 or hi >= num_tokens:
+            raise ValueError(
+                f"{owner}: expected token ids in `edge_index` in [0, {num_tokens}) but found ids in "
+                f"[{lo}, {hi}]."
+            )
+    return edge_index
+
+
+def check_bias_table(owner: str, bias_table: Tensor, num_heads: int, q: Tensor) -> Tensor:
+    """A ``[num_buckets, num_heads]`` bias table with the dtype and device of ``q``."""
+    import torch
+
+    if (
+        not isinstance(bias_table, torch.Tensor)
+        or bias_table.dim() != 2
+        or bias_table.shape[1] != num_heads
+    ):
+        shape = tuple(bias_table.shape) if isinstance(bias_table, torch.Tensor) else bias_table
+        raise ValueError(
+            f"{owner}: expected `bias_table` of shape [num_buckets, H={num_heads}] but got {shape!r}."
+        )
+    if bias_table.dtype != q.dtype or bias_table.device != q.device:
+        raise ValueError(
+            f"{owner}: expected `bias_table` with the dtype and device of `q` ({q.dtype}, {q.device}) "
+            f"but got ({bias_table.dtype}, {bias_table.device})."
+        )
+    return bias_table
+
+
+def check_divisible(owner: str, name: str, value: Any, divisor_name: str, divisor: Any) -> int:
+    """A positive integer ``value`` that the positive integer ``divisor`` divides.
+
+    E.g. a hidden size split evenly over attention heads:
+    ``check_divisible("GAT", "hidden_channels", 10, "heads", 4)`` raises
+    ``"GAT: expected `hidden_channels` (10) to be divisible by `heads` (4); pick `heads` in
+    (1, 2, 5, 10)."``
+    """
+    check_int(owner, name, value)
+    check_int(owner, divisor_name, divisor)
+    if value % divisor:
+        divisors = tuple(d for d in range(1, value + 1) if value % d == 0)
+        raise ValueError(
+            f"{owner}: expected `{name}` ({value}) to be divisible by `{divisor_name}` "
+            f"({divisor}); pick `{divisor_name}` in {divisors}."
+        )
+    return int(value)
+
+
+def check_callable(owner: str, name: str, value: Any, hint: str = "") -> Any:
+    """A callable (an activation function, a factory); ``hint`` names examples."""
+    if not callable(value):
+        extra = f" ({hint})" if hint else ""
+        raise TypeError(
+            f"{owner}: expected `{name}` to be a callable{extra} but got {type(value).__name__}."
+        )
+    return value
+
+
+def check_graph_edge_index(owner: str, name: str, value: Any, num_nodes: int) -> Tensor:
+    """An integer ``[2, num_edges]`` tensor of node ids in ``[0, num_nodes)`` (a graph's
+    ``edge_index``); returned as ``torch.long``."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{owner}: expected `{name}` to be an integer torch.Tensor of shape [2, num_edges] "
+            f"but got {type(value).__name__}."
+        )
+    if (
+        value.dim() != 2
+        or value.size(0) != 2
+        or value.dtype == torch.bool
+        or value.is_floating_point()
+        or value.is_complex()
+    ):
+        raise ValueError(
+            f"{owner}: expected `{name}` to be an integer tensor of shape [2, num_edges] but got "
+            f"shape {tuple(value.shape)} and dtype {value.dtype}."
+        )
+    if value.numel():
+        lo, hi = int(value.min()), int(value.max())
+        if lo < 0 or hi >= num_nodes:
+            raise ValueError(
+                f"{owner}: expected node ids in `{name}` to lie in [0, {num_nodes - 1}] "
+                f"(num_nodes = {num_nodes}) but found values in [{lo}, {hi}]."
+            )
+    return value.long()

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightgraph.callbacks.adaptive_bitwidth import AdaptiveBitWidth
 from lightgraph.callbacks.loss_descent_rate import LossDescentRate
+from lightgraph.distributed.context import ParallelContext, ParallelContextHolder
 
 # ----------------------------------------------------------------------------- script
 # Scripted run with smoothing lambda = 0.5 and window delta = 2. The running average F_t is
@@ -67,27 +68,75 @@ class Clock:
         return self.now
 
 
-def fake_exchanger() -> SimpleNamespace:
-    return SimpleNamespace(mode="sync", policy=SimpleNamespace(base_bits=8))
+class FakeExchanger:
+    """The part of ``HaloExchanger`` the callbacks drive: ``mode``, ``policy``, ``set_policy``."""
+
+    def __init__(self, policy: Any = None) -> None:
+        self.mode = "sync"
+        self._policy = policy
+
+    @property
+    def policy(self) -> Any:
+        return self._policy
+
+    def set_policy(self, policy: Any) -> None:
+        self._policy = policy
 
 
-class FakeExchangeSingle(SingleDeviceStrategy):
-    """One process, with the two exchanger attributes the callbacks drive."""
+def fake_exchanger() -> FakeExchanger:
+    return FakeExchanger(policy=SimpleNamespace(base_bits=8))
+
+
+def fake_context(exchanger: Any) -> ParallelContext:
+    return ParallelContext(halo_exchanger=exchanger)
+
+
+class _AttachFake:
+    """Hands ``self.fake`` to the module the way ``ExchangeGroupStrategy`` hands its context."""
+
+    fake: FakeExchanger
+
+    def setup_environment(self) -> None:
+        super().setup_environment()  # type: ignore[misc]
+        module = self.lightning_module  # type: ignore[attr-defined]
+        if isinstance(module, ParallelContextHolder):
+            module.attach_parallel_context(fake_context(self.fake))
+
+    def teardown(self) -> None:
+        module = self.lightning_module  # type: ignore[attr-defined]
+        if isinstance(module, ParallelContextHolder):
+            module.attach_parallel_context(None)
+        super().teardown()  # type: ignore[misc]
+
+
+class FakeExchangeSingle(_AttachFake, SingleDeviceStrategy):
+    """One process; the module's context holds a fake exchanger the callbacks drive."""
 
     def __init__(self) -> None:
         super().__init__(device=torch.device("cpu"))
-        self.exchanger = fake_exchanger()
+        self.fake = fake_exchanger()
 
 
-class FakeExchangeDDP(DDPStrategy):
-    """``ddp_fork`` with the two exchanger attributes the callbacks drive."""
+class FakeExchangeDDP(_AttachFake, DDPStrategy):
+    """``ddp_fork``; every rank's module context holds a fake exchanger the callbacks drive."""
 
     def __init__(self) -> None:
         super().__init__(start_method="fork")
-        self.exchanger = fake_exchanger()
+        self.fake = fake_exchanger()
 
 
-class ScriptedModule(pl.LightningModule):
+class DriverModule(ParallelContextHolder):
+    """Stands in for the LightningModule in :func:`drive`: a context and ``log``."""
+
+    def __init__(self, exchanger: Any, logged: list[tuple[str, float]]) -> None:
+        self.attach_parallel_context(fake_context(exchanger))
+        self.logged = logged
+
+    def log(self, name: str, value: float, **kwargs: Any) -> None:
+        self.logged.append((name, value))
+
+
+class ScriptedModule(ParallelContextHolder, pl.LightningModule):
     """Logs the scripted epoch loss as ``train_loss`` and spends the scripted time."""
 
     def __init__(
@@ -110,7 +159,7 @@ class ScriptedModule(pl.LightningModule):
         losses = self.rank1_losses if rank == 1 and self.rank1_losses else self.losses
         times = self.rank1_times if rank == 1 and self.rank1_times else self.times
         self.clock.now += times[epoch]
-        exchanger = self.trainer.strategy.exchanger
+        exchanger = self.parallel_context.halo_exchanger
         self.seen.append((epoch, exchanger.policy.base_bits, exchanger.mode))
         self.log("train_loss", losses[epoch], on_step=False, on_epoch=True, batch_size=1)
         return self.layer(batch[0]).sum() * 0.0
@@ -163,7 +212,7 @@ def attach_clock(callbacks: list[Any], clock: Clock) -> None:
 
 def drive(
     callback: Any, losses: list[float] = LOSSES, times: list[float] = TIMES
-) -> tuple[list[Any], SimpleNamespace]:
+) -> tuple[list[Any], FakeExchanger]:
     """Call the hooks in Lightning's order with a ``SimpleNamespace`` trainer.
 
     Returns the setting the exchanger held during every epoch, and the exchanger.
@@ -171,10 +220,10 @@ def drive(
     clock = Clock()
     callback._clock = clock
     exchanger = fake_exchanger()
-    strategy = SimpleNamespace(exchanger=exchanger, broadcast=lambda obj, src=0: obj)
+    strategy = SimpleNamespace(broadcast=lambda obj, src=0: obj)
     trainer = SimpleNamespace(strategy=strategy, callback_metrics={}, current_epoch=0)
     logged: list[tuple[str, float]] = []
-    module = SimpleNamespace(log=lambda name, value, **kwargs: logged.append((name, value)))
+    module = DriverModule(exchanger, logged)
     callback.setup(trainer, module, "fit")
     callback.on_train_start(trainer, module)
     during = []
@@ -333,10 +382,14 @@ def run_two_ranks(tmp_path, make_callbacks) -> list[dict]:
 def test_needs_an_exchanger(tmp_path) -> None:
     cb = AdaptiveBitWidth()
     trainer = SimpleNamespace(strategy=SimpleNamespace())
-    with pytest.raises(
-        RuntimeError, match=r"AdaptiveBitWidth needs `trainer.strategy.exchanger.policy`"
-    ):
-        cb.setup(trainer, None, "fit")
+    # A module that takes no context, one without a context, one with an empty context.
+    empty = DriverModule(None, [])
+    for module in (None, ScriptedModule(Clock()), empty):
+        with pytest.raises(
+            RuntimeError,
+            match=r"AdaptiveBitWidth needs the halo exchanger of a boundary-exchange strategy",
+        ):
+            cb.setup(trainer, module, "fit")
     cb.setup(trainer, None, "validate")  # only training is driven
     with pytest.raises(RuntimeError, match=r"e.g. BoundaryExchangeStrategy\(quantization=...\)"):
         pl.Trainer(
@@ -402,8 +455,8 @@ def test_fp32_exchange_gets_the_purely_time_adaptive_policy() -> None:
 
     from lightgraph.quant import FixedBits
 
-    exchanger = SimpleNamespace(mode="sync", policy=None)
-    trainer = SimpleNamespace(strategy=SimpleNamespace(exchanger=exchanger))
+    exchanger = FakeExchanger(policy=None)
+    trainer = SimpleNamespace(strategy=SimpleNamespace())
     callback = AdaptiveBitWidth(b_min=2)
-    policy = callback._target(trainer)
+    policy = callback._target(trainer, DriverModule(exchanger, []))
     assert isinstance(policy, FixedBits) and exchanger.policy is policy and policy.base_bits == 2

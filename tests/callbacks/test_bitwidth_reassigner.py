@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lightgraph.callbacks import BitWidthReassigner
 from lightgraph.data import PartitionedGraphDataModule, SyntheticGraph
+from lightgraph.distributed.context import ParallelContext, ParallelContextHolder, parallel_context
 from lightgraph.models import NodeClassifier
 from lightgraph.nn import GCN
 from lightgraph.quant import FixedBits, RandomBits, VarianceAwareBits
@@ -33,16 +34,18 @@ class Record(Callback):
         self.epochs: list[dict[str, Any]] = []
         self.restored: dict[str, Any] | None = None
 
-    def _policy(self, trainer: pl.Trainer) -> Any:
-        return trainer.strategy.exchanger.policy
+    def _policy(self, pl_module: pl.LightningModule) -> Any:
+        exchanger = parallel_context(pl_module).halo_exchanger
+        assert exchanger is not None
+        return exchanger.policy
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        policy = self._policy(trainer)
+        policy = self._policy(pl_module)
         if hasattr(policy, "state_dict"):
             self.restored = policy.state_dict()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        policy = self._policy(trainer)
+        policy = self._policy(pl_module)
         self.epochs.append(
             {
                 "epoch": trainer.current_epoch,
@@ -53,7 +56,7 @@ class Record(Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         reassigner = next(c for c in trainer.callbacks if isinstance(c, BitWidthReassigner))
-        policy = self._policy(trainer)
+        policy = self._policy(pl_module)
         torch.save(
             {
                 "epochs": self.epochs,
@@ -180,14 +183,24 @@ def test_random_bits_are_redrawn_every_period(tmp_path) -> None:
         assert not any(e["tracing"] for e in rec["epochs"])
 
 
+class _Holder(ParallelContextHolder):
+    """A module with a context attached, as a lightgraph strategy leaves it."""
+
+    def __init__(self, context: ParallelContext | None) -> None:
+        self.attach_parallel_context(context)
+
+
 def test_needs_a_reassignable_policy() -> None:
     cb = BitWidthReassigner()
+    trainer = SimpleNamespace(strategy=SimpleNamespace())
     for policy in (None, FixedBits(4)):
-        trainer = SimpleNamespace(
-            strategy=SimpleNamespace(exchanger=SimpleNamespace(policy=policy))
-        )
+        module = _Holder(ParallelContext(halo_exchanger=SimpleNamespace(policy=policy)))  # type: ignore[arg-type]
         with pytest.raises(RuntimeError, match="VarianceAwareBits"):
-            cb.setup(trainer, None, "fit")  # type: ignore[arg-type]
+            cb.setup(trainer, module, "fit")  # type: ignore[arg-type]
+    # No exchanger at all: a module without a context, an empty context, no holder.
+    for module in (_Holder(None), _Holder(ParallelContext()), None):
+        with pytest.raises(RuntimeError, match="VarianceAwareBits"):
+            cb.setup(trainer, module, "fit")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

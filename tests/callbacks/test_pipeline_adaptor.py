@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lightgraph.callbacks.adaptive_bitwidth import AdaptiveBitWidth
 from lightgraph.callbacks.pipeline_adaptor import PipelineAdaptor
+from lightgraph.distributed.context import ParallelContext
 from tests.callbacks.test_adaptive_bitwidth import (
     DEGRADED,
     EPOCHS,
@@ -24,6 +25,7 @@ from tests.callbacks.test_adaptive_bitwidth import (
     SMOOTHING,
     WINDOW,
     Clock,
+    DriverModule,
     ScriptedModule,
     _resume_run,
     attach_clock,
@@ -111,18 +113,22 @@ def test_two_ranks_take_identical_decisions(tmp_path) -> None:
 
 def test_needs_an_exchanger() -> None:
     cb = PipelineAdaptor()
-    with pytest.raises(RuntimeError, match=r"PipelineAdaptor needs `trainer.strategy.exchanger`"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"PipelineAdaptor needs the halo exchanger of a boundary-exchange strategy, "
+        r"e.g. BoundaryExchangeStrategy\(mode='async'\)",
+    ):
         cb.setup(SimpleNamespace(strategy=SimpleNamespace()), None, "fit")
 
 
-def test_exchanger_property_that_raises_counts_as_missing() -> None:
-    class NotSetUp:
-        @property
-        def exchanger(self) -> None:
-            raise RuntimeError("available once the Trainer has set up the strategy")
-
-    with pytest.raises(RuntimeError, match="PipelineAdaptor needs"):
-        PipelineAdaptor().setup(SimpleNamespace(strategy=NotSetUp()), None, "fit")
+def test_module_without_a_context_counts_as_missing() -> None:
+    # No strategy attached a context (or it attached an empty one): nothing to drive.
+    no_context = ScriptedModule(Clock())
+    assert no_context.parallel_context == ParallelContext()
+    empty = DriverModule(None, [])
+    for module in (no_context, empty):
+        with pytest.raises(RuntimeError, match="PipelineAdaptor needs"):
+            PipelineAdaptor().setup(SimpleNamespace(strategy=SimpleNamespace()), module, "fit")
 
 
 def test_state_dict_round_trip() -> None:

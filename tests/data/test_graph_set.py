@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet, triangle_density
-from lightgraph.data.node_sequence import EDGE_BUCKET, GLOBAL_BUCKET, SELF_BUCKET, TokenBatch
+from lightgraph.data.token_batch import TokenBatch
+from lightgraph.functional.graph_encoding import EDGE_BUCKET, GLOBAL_BUCKET, SELF_BUCKET
 
 
 def _blind_key(data) -> tuple:
@@ -80,7 +81,7 @@ def test_generator_is_deterministic_and_validated() -> None:
 @pytest.fixture(scope="module")
 def module() -> GraphSetDataModule:
     dm = GraphSetDataModule(
-        SyntheticGraphSet(num_graphs=60, seed=1), batch_size=8, laplacian_pe=3, max_distance=4
+        SyntheticGraphSet(num_graphs=60, seed=1), batch_size=8, pe_dim=3, max_distance=4
     )
     dm.setup()
     return dm
@@ -133,15 +134,21 @@ def test_large_batches_have_no_dense_buckets() -> None:
     assert batch.num_tokens > 100 and batch.graph.dense_bucket is None
 
 
-def test_pe_dim_comes_from_the_model() -> None:
-    dm = GraphSetDataModule(SyntheticGraphSet(num_graphs=4), batch_size=2)
-    dm.trainer = SimpleNamespace(
+def test_pe_dim_is_an_argument_and_the_model_is_never_read() -> None:
+    # A model asking for 5 columns changes nothing: the data module builds its own pe_dim.
+    trainer = SimpleNamespace(
         lightning_module=SimpleNamespace(
-            model=SimpleNamespace(requires_laplacian_pe=True, pe_dim=2)
+            model=SimpleNamespace(requires_laplacian_pe=True, pe_dim=5)
         )
     )
+    dm = GraphSetDataModule(SyntheticGraphSet(num_graphs=4), batch_size=2, pe_dim=2)
+    dm.trainer = trainer
     dm.setup()
     assert next(iter(dm.test_dataloader())).lap_pe.size(1) == 2
+    plain = GraphSetDataModule(SyntheticGraphSet(num_graphs=4), batch_size=2)
+    plain.trainer = trainer
+    plain.setup()
+    assert plain.pe_dim == 0 and next(iter(plain.test_dataloader())).lap_pe is None
 
 
 def test_bad_arguments() -> None:
@@ -149,5 +156,7 @@ def test_bad_arguments() -> None:
         GraphSetDataModule(batch_size=0)
     with pytest.raises(ValueError, match=r"`val_ratio` in \[0, 1 - train_ratio\]"):
         GraphSetDataModule(train_ratio=0.9, val_ratio=0.2)
+    with pytest.raises(ValueError, match="`pe_dim` to be an integer >= 0"):
+        GraphSetDataModule(pe_dim=-1)
     with pytest.raises(RuntimeError, match="call `setup\\(\\)`"):
         GraphSetDataModule().train_dataloader()

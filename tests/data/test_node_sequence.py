@@ -1,26 +1,27 @@
-"""NodeSequenceDataModule: METIS order, sequences, attention patterns, buckets, shards."""
+"""NodeSequenceDataModule: sequences, attention patterns, buckets, shards, cache, PE columns.
+
+The builders it uses are tested in tests/data/test_sequences.py and
+tests/functional/test_graph_encoding.py.
+"""
 
 from __future__ import annotations
 
-from collections import deque
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from lightgraph.data.node_sequence import (
+import lightgraph.data.node_sequence as node_sequence
+from lightgraph.data.node_sequence import NodeSequenceDataModule
+from lightgraph.data.synthetic_graph import SyntheticGraph
+from lightgraph.data.token_batch import TokenShard
+from lightgraph.functional.graph_encoding import (
     EDGE_BUCKET,
     FAR_BUCKET,
     GLOBAL_BUCKET,
     SELF_BUCKET,
-    NodeSequenceDataModule,
-    build_sequence,
-    distance_buckets,
-    metis_order,
     num_buckets,
 )
-from lightgraph.data.partitioner import partition_graph
-from lightgraph.data.synthetic_graph import SyntheticGraph
 from lightgraph.functional.sequence_parallel import shard_range
 
 NUM_NODES, LENGTH = 150, 64
@@ -30,38 +31,17 @@ def _dataset() -> SyntheticGraph:
     return SyntheticGraph(num_nodes=NUM_NODES, avg_degree=5, num_features=4, num_classes=3, seed=1)
 
 
-def _fake_trainer(world_size: int, rank: int, model=None) -> SimpleNamespace:
-    sp = SimpleNamespace(world_size=world_size, rank=rank)
-    return SimpleNamespace(
-        strategy=SimpleNamespace(sequence_parallel=sp),
-        lightning_module=model,
-        global_rank=rank,
-        world_size=world_size,
-    )
-
-
 @pytest.fixture(scope="module")
 def full(tmp_path_factory) -> NodeSequenceDataModule:
     dm = NodeSequenceDataModule(
         _dataset(),
         sequence_length=LENGTH,
-        laplacian_pe=3,
+        pe_dim=3,
         cache_dir=str(tmp_path_factory.mktemp("cache")),
     )
     dm.prepare_data()
     dm.setup()
     return dm
-
-
-def test_metis_order_makes_parts_contiguous() -> None:
-    data = _dataset().load()
-    order = metis_order(data.edge_index, NUM_NODES, 6)
-    part = partition_graph(data.edge_index, NUM_NODES, 6, "metis")
-    assert torch.equal(torch.sort(order).values, torch.arange(NUM_NODES))
-    ordered = part[order]
-    assert bool((ordered[1:] >= ordered[:-1]).all())  # every part is one contiguous range
-    same = ordered[1:] == ordered[:-1]
-    assert bool((order[1:][same] > order[:-1][same]).all())  # by id inside a part
 
 
 def test_sequences_cover_every_node_once(full) -> None:
@@ -113,59 +93,14 @@ def test_pattern_is_the_induced_subgraph_plus_self_loops_and_global_edges(full) 
         assert item.in_degree[0] == item.out_degree[0] == 0
 
 
-def _bfs_buckets(edge_index: torch.Tensor, n: int, max_distance: int) -> torch.Tensor:
-    out_edges = [[] for _ in range(n)]
-    for j, i in edge_index.t().tolist():
-        out_edges[j].append(i)
-    buckets = torch.full((n, n), max_distance + 3, dtype=torch.long)
-    for source in range(n):
-        dist = {source: 0}
-        queue = deque([source])
-        while queue:
-            u = queue.popleft()
-            for v in out_edges[u]:
-                if v not in dist:
-                    dist[v] = dist[u] + 1
-                    queue.append(v)
-        for target, d in dist.items():
-            d = min(d, max_distance)
-            buckets[target, source] = d if d <= 1 else d + 2  # (query, key)
-    return buckets
-
-
-@pytest.mark.parametrize("directed", [False, True])
-def test_dense_buckets_equal_brute_force_bfs(directed: bool) -> None:
-    gen = torch.Generator().manual_seed(3)
-    n = 14
-    path = torch.stack([torch.arange(9), torch.arange(1, 10)])  # a 9-hop chain: clipping
-    extra = torch.randint(0, n, (2, 6), generator=gen)
-    extra[:, extra[0] >= 10] = 10  # nodes 10..13: a separate component (or isolated)
-    edge_index = torch.cat([path, extra, torch.tensor([[11, 12], [12, 13]])], dim=1)
-    if not directed:
-        edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-    expected = _bfs_buckets(edge_index, n, max_distance=4)
-    assert torch.equal(distance_buckets(edge_index, n, 4), expected)
-    assert (expected == 4 + 3).any() and (expected == 4 + 2).any()  # unreachable and clipped
-
-    item = build_sequence(torch.zeros(n, 2), edge_index, max_distance=4, dense_limit=64)
-    dense = item.graph.dense_bucket
-    assert torch.equal(dense[1:, 1:], expected)
-    assert dense[0, 0] == SELF_BUCKET
-    assert bool((dense[0, 1:] == GLOBAL_BUCKET).all() and (dense[1:, 0] == GLOBAL_BUCKET).all())
-    # On pattern entries the dense and the sparse buckets agree.
-    src, dst = item.graph.edge_index
-    assert torch.equal(dense[dst, src], item.graph.edge_bucket)
-    assert build_sequence(torch.zeros(n, 2), edge_index, dense_limit=n).graph.dense_bucket is None
-
-
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_shards_concatenate_to_the_full_sequence(full, world_size: int) -> None:
     shards = []
     for rank in range(world_size):
         dm = NodeSequenceDataModule(
-            _dataset(), sequence_length=LENGTH, laplacian_pe=3, cache_dir=full.cache_dir
+            _dataset(), sequence_length=LENGTH, pe_dim=3, cache_dir=full.cache_dir
         )
-        dm.trainer = _fake_trainer(world_size, rank)
+        dm.token_shard = TokenShard(world_size, rank)  # as GraphParallelStrategy sets it
         dm.setup()
         shards.append(dm.train_dataloader())
     for s, whole in enumerate(full.sequences):
@@ -201,15 +136,30 @@ def test_laplacian_pe_rows(full) -> None:
     item = full.sequences[0]
     assert item.lap_pe.shape == (item.num_tokens, 3)
     assert not item.lap_pe[0].any() and item.lap_pe[1:].abs().sum() > 0
+    dm = NodeSequenceDataModule(
+        _dataset(), sequence_length=LENGTH, pe_dim=5, cache_dir=full.cache_dir
+    )
+    assert dm.pe_dim == 5 and dm.cache_path() == dm.cache_path(5) != full.cache_path()
+
+
+def test_the_model_is_never_read(full) -> None:
+    # A trainer whose model asks for 5 PE columns and whose strategy runs 2 graph-parallel
+    # ranks changes nothing: pe_dim and token_shard are the data module's own settings.
     model = SimpleNamespace(model=SimpleNamespace(requires_laplacian_pe=True, pe_dim=5))
+    sp = SimpleNamespace(world_size=2, rank=1)
     dm = NodeSequenceDataModule(_dataset(), sequence_length=LENGTH, cache_dir=full.cache_dir)
-    dm.trainer = _fake_trainer(1, 0, model)
-    assert dm._pe_dim() == 5
+    dm.trainer = SimpleNamespace(
+        strategy=SimpleNamespace(sequence_parallel=sp), lightning_module=model
+    )
+    dm.setup()
+    assert dm.token_shard == TokenShard() and not dm.sequences[0].is_sharded
+    assert all(item.lap_pe is None for item in dm.sequences)
+    assert not hasattr(node_sequence, "model_pe_dim")
 
 
 def test_cache_is_reused(full) -> None:
     dm = NodeSequenceDataModule(
-        _dataset(), sequence_length=LENGTH, laplacian_pe=3, cache_dir=full.cache_dir
+        _dataset(), sequence_length=LENGTH, pe_dim=3, cache_dir=full.cache_dir
     )
     dm.setup()  # no prepare_data: loads the cache the fixture wrote
     assert dm.build_seconds == {}
@@ -246,10 +196,15 @@ def test_bad_arguments() -> None:
         NodeSequenceDataModule(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="single-label"):
         NodeSequenceDataModule(SyntheticGraph(num_nodes=50, avg_degree=3, multilabel=True))
+    with pytest.raises(ValueError, match="`pe_dim` to be an integer >= 0"):
+        NodeSequenceDataModule(_dataset(), sequence_length=10, pe_dim=-1)
 
 
 def test_sequences_too_short_for_the_ranks(tmp_path) -> None:
     dm = NodeSequenceDataModule(_dataset(), sequence_length=148, cache_dir=str(tmp_path))
-    dm.trainer = _fake_trainer(4, 0)
+    dm.token_shard = TokenShard(4, 0)
     with pytest.raises(ValueError, match="3 tokens cannot be split over 4"):
+        dm.setup()
+    dm.token_shard = (4, 0)  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="`token_shard` to be a TokenShard"):
         dm.setup()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import logging
 import os
 from types import SimpleNamespace
 
@@ -114,3 +116,100 @@ def test_feature_size_mismatch(tmp_path) -> None:
 def test_dataset_type_checked() -> None:
     with pytest.raises(TypeError, match="`dataset` to be a lightgraph GraphDataset"):
         PartitionedGraphDataModule("Reddit")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------- the plan cache
+def _built(tmp_path) -> tuple[TrickyGraph, str]:
+    ds = TrickyGraph()
+    dm = PartitionedGraphDataModule(ds, partitioner="random", cache_dir=str(tmp_path))
+    attach(dm, 2, 0)
+    dm.prepare_data()
+    assert ds.loads == 1
+    return ds, dm.cache_path(2)
+
+
+def test_cache_directory_name_is_unchanged(tmp_path) -> None:
+    # <cache_dir>/<DatasetClass>-<P>p-<sha1 of the sorted JSON key>[:16], as before the base.
+    import hashlib
+    import json
+
+    part = torch.arange(60) % 2
+    dm = PartitionedGraphDataModule(TrickyGraph(), partition=part, cache_dir=str(tmp_path), seed=3)
+    key = {
+        "format": 2,
+        "dataset": "tricky-6",
+        "partitioner": "metis",
+        "num_parts": 2,
+        "seed": 3,
+        "partition": hashlib.sha1(part.numpy().tobytes()).hexdigest(),
+    }
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    assert dm.cache_path(2) == os.path.join(str(tmp_path), f"TrickyGraph-2p-{digest}")
+    attach(dm, 2, 0)
+    assert dm.cache_path() == dm.cache_path(2)
+
+
+def test_good_cache_is_reused(tmp_path) -> None:
+    ds, path = _built(tmp_path)
+    before = {n: os.stat(os.path.join(path, n)).st_mtime_ns for n in os.listdir(path)}
+    assert sorted(before) == ["meta.json", "part0.pt", "part1.pt"]
+    for rank in range(2):
+        dm = PartitionedGraphDataModule(ds, partitioner="random", cache_dir=str(tmp_path))
+        attach(dm, 2, rank)
+        dm.prepare_data()
+        dm.setup()
+        assert dm.plan.rank == rank
+    assert ds.loads == 1
+    assert {n: os.stat(os.path.join(path, n)).st_mtime_ns for n in os.listdir(path)} == before
+    with open(os.path.join(path, "meta.json")) as f:
+        meta = json.load(f)
+    assert meta["num_parts"] == 2 and len(meta["halo"]) == 2
+    assert sorted(meta["manifest"]["files"]) == ["part0.pt", "part1.pt"]
+
+
+def _truncate(path: str) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def _garbage(path: str) -> None:
+    with open(path, "wb") as f:
+        f.write(b"\x00garbage, not a zip archive")
+
+
+@pytest.mark.parametrize("damage", [_truncate, _garbage], ids=["truncated", "garbage"])
+def test_damaged_plan_is_named_then_rebuilt(tmp_path, caplog, damage) -> None:
+    # Before the base, a truncated part1.pt killed rank 1 with torch's zip-reader error
+    # (and rank 0 with a gloo connection error). One process plays both roles here.
+    from lightgraph.data import CorruptCacheError
+
+    ds, path = _built(tmp_path)
+    bad = os.path.join(path, "part1.pt")
+    damage(bad)
+
+    rank1 = PartitionedGraphDataModule(ds, partitioner="random", cache_dir=str(tmp_path))
+    attach(rank1, 2, 1)
+    with pytest.raises(CorruptCacheError) as info:
+        rank1.setup()
+    msg = str(info.value)
+    assert msg.startswith(f"PartitionedGraphDataModule: the cache file {bad} is ")
+    assert f"Delete {path} (or just part1.pt) and re-run" in msg
+    assert ds.loads == 1
+
+    builder = PartitionedGraphDataModule(ds, partitioner="random", cache_dir=str(tmp_path))
+    attach(builder, 2, 0)
+    with caplog.at_level(logging.WARNING, logger="lightgraph.data.cached_data_module"):
+        builder.prepare_data()
+    assert ds.loads == 2
+    assert any(r.levelno == logging.WARNING and bad in r.getMessage() for r in caplog.records)
+
+    rank1 = PartitionedGraphDataModule(ds, partitioner="random", cache_dir=str(tmp_path))
+    attach(rank1, 2, 1)
+    rank1.setup()
+    assert rank1.plan.rank == 1 and rank1.plan.num_parts == 2
+
+
+def test_dataloaders_need_setup(tmp_path) -> None:
+    dm = PartitionedGraphDataModule(TrickyGraph(), cache_dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="PartitionedGraphDataModule: call `setup\\(\\)`"):
+        dm.val_dataloader()

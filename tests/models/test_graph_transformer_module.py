@@ -11,9 +11,10 @@ import torch
 from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
 from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.synthetic_graph import SyntheticGraph
-from lightgraph.functional.sequence_parallel import SequenceParallel
+from lightgraph.distributed import ParallelContext, SequenceParallel
 from lightgraph.models.graph_transformer_module import GraphTransformerModule
-from lightgraph.nn.graph_transformer import GT, Graphormer
+from lightgraph.nn.models.graphormer import Graphormer
+from lightgraph.nn.models.gt import GT
 from lightgraph.strategies.graph_parallel import GraphParallelStrategy
 
 FEATURES, CLASSES = 8, 3
@@ -27,12 +28,14 @@ class History(pl.Callback):
         self.epochs.append({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 
-def _sequences(tmp_path) -> NodeSequenceDataModule:
+def _sequences(tmp_path, pe_dim: int = 0) -> NodeSequenceDataModule:
     graph = SyntheticGraph(
         num_nodes=120, avg_degree=6, num_features=FEATURES, num_classes=CLASSES, seed=3
     )
     # Two sequences of 61 tokens (global token included): uneven shards on 2 ranks.
-    return NodeSequenceDataModule(graph, sequence_length=60, cache_dir=str(tmp_path / "cache"))
+    return NodeSequenceDataModule(
+        graph, sequence_length=60, pe_dim=pe_dim, cache_dir=str(tmp_path / "cache")
+    )
 
 
 def _trainer(tmp_path, epochs: int, devices: int = 1, callbacks=()) -> pl.Trainer:
@@ -70,7 +73,9 @@ def test_fit_node_sequences_single_process(tmp_path) -> None:
 @pytest.mark.timeout(60)
 def test_fit_graph_set_single_process(tmp_path) -> None:
     torch.manual_seed(0)
-    data = GraphSetDataModule(SyntheticGraphSet(num_graphs=96, num_features=4), batch_size=16)
+    data = GraphSetDataModule(
+        SyntheticGraphSet(num_graphs=96, num_features=4), batch_size=16, pe_dim=4
+    )
     model = GT(4, 2, hidden_channels=16, heads=4, num_layers=2, pe_dim=4, task="graph")
     module = GraphTransformerModule(model, num_classes=2, task="graph", lr=5e-3, warmup_epochs=2)
     history = History()
@@ -97,17 +102,17 @@ def test_graph_regression_logs_mae(tmp_path) -> None:
     assert float(trainer.callback_metrics["attention_dense"]) == 1.0
 
 
-def test_setup_checks_heads_against_the_graph_parallel_ranks() -> None:
+def test_configure_model_checks_heads_against_the_graph_parallel_ranks() -> None:
     sp = SequenceParallel()
     sp.world_size = 3  # a stand-in for three graph-parallel ranks
     module = GraphTransformerModule(
         Graphormer(FEATURES, CLASSES, hidden_channels=8, heads=4, num_layers=1), CLASSES
     )
-    module._trainer = SimpleNamespace(strategy=SimpleNamespace(sequence_parallel=sp))
+    module.attach_parallel_context(ParallelContext(sequence_parallel=sp))
     with pytest.raises(ValueError, match="`num_heads` to be a multiple of the sequence-parallel"):
-        module.setup("fit")
+        module.configure_model()
     sp.world_size = 2
-    module.setup("fit")
+    module.configure_model()
     assert all(a.sequence_parallel is sp for a in module.attention_layers)
     module.teardown("fit")
     assert all(a.sequence_parallel is None for a in module.attention_layers)
@@ -125,7 +130,8 @@ def test_bad_arguments() -> None:
 
 def _fit_parallel(tmp_path, devices: int, model: torch.nn.Module) -> GraphTransformerModule:
     module = GraphTransformerModule(model, num_classes=CLASSES, lr=1e-2)
-    _trainer(tmp_path, epochs=2, devices=devices).fit(module, _sequences(tmp_path))
+    data = _sequences(tmp_path, pe_dim=getattr(model, "pe_dim", 0))
+    _trainer(tmp_path, epochs=2, devices=devices).fit(module, data)
     return module
 
 
@@ -186,3 +192,68 @@ def test_dense_kind_without_buckets_trains_on_two_ranks(tmp_path) -> None:
     assert trainer.state.finished
     # Never read, so never moved (a zero gradient leaves Adam's parameter unchanged).
     torch.testing.assert_close(module.model.layers[0].attn.bias_table.detach(), table)
+
+
+def test_setup_asks_for_the_data_modules_pe_dim(tmp_path) -> None:
+    module = GraphTransformerModule(
+        GT(FEATURES, CLASSES, hidden_channels=8, heads=2, num_layers=1, pe_dim=3), CLASSES
+    )
+    module._trainer = SimpleNamespace(datamodule=_sequences(tmp_path))  # pe_dim=0
+    with pytest.raises(ValueError, match="`data.init_args.pe_dim: 3`"):
+        module.setup("fit")
+    module._trainer = SimpleNamespace(datamodule=_sequences(tmp_path, pe_dim=3))
+    module.setup("fit")
+    # Graphormer reads no PE: any pe_dim of the data is fine.
+    module = GraphTransformerModule(
+        Graphormer(FEATURES, CLASSES, hidden_channels=8, heads=2, num_layers=1), CLASSES
+    )
+    module._trainer = SimpleNamespace(datamodule=_sequences(tmp_path, pe_dim=3))
+    module.setup("fit")
+
+
+def _resume_trainer(tmp_path, epochs: int) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[
+            pl.callbacks.ModelCheckpoint(
+                dirpath=tmp_path / "ckpt", filename="{epoch}", save_top_k=-1, every_n_epochs=1
+            )
+        ],
+        default_root_dir=tmp_path,
+    )
+
+
+def _gt_module() -> GraphTransformerModule:
+    torch.manual_seed(0)
+    model = GT(FEATURES, CLASSES, hidden_channels=8, heads=2, num_layers=2, pe_dim=3).double()
+    return GraphTransformerModule(model, num_classes=CLASSES, lr=1e-2)
+
+
+@pytest.mark.timeout(120)
+def test_resumed_gt_run_equals_an_uninterrupted_one(tmp_path) -> None:
+    """GT's eigenvector sign flips continue from the checkpoint (a persistent buffer), so 4
+    epochs resumed after epoch 2 end with the weights of 4 uninterrupted epochs."""
+    straight = _gt_module()
+    _resume_trainer(tmp_path / "straight", 4).fit(straight, _sequences(tmp_path, pe_dim=3))
+    ckpt = tmp_path / "straight" / "ckpt" / "epoch=1.ckpt"
+    state = torch.load(ckpt, weights_only=False)["state_dict"]
+    assert int(state["model.flips"]) == 2 * 2  # 2 epochs of 2 sequences
+    assert int(straight.model.flips) == 4 * 2
+    resumed = _gt_module()
+    resumed.model.flips.fill_(123)  # overwritten by the checkpoint
+    _resume_trainer(tmp_path / "resumed", 4).fit(
+        resumed, _sequences(tmp_path, pe_dim=3), ckpt_path=str(ckpt)
+    )
+    assert int(resumed.model.flips) == 4 * 2
+    for (name, p1), p2 in zip(
+        straight.model.named_parameters(), resumed.model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(p2, p1, rtol=0, atol=0, msg=f"{name} differs")
+    for (name, b1), b2 in zip(straight.model.named_buffers(), resumed.model.buffers(), strict=True):
+        torch.testing.assert_close(b2, b1, rtol=0, atol=0, msg=f"{name} differs")

@@ -19,11 +19,18 @@ def test_exchanger_receives_plan_stage_and_layer() -> None:
     plan = build_partition_plans(data, part, 2)[0]
     calls = []
 
-    def fake(x, p, stage, layer):
-        calls.append((p.rank, stage, layer))
-        return torch.cat([x, x.new_zeros(p.num_halo, x.size(1))])
+    class Fake:
+        def __call__(self, x, p, stage, layer):
+            calls.append((p.rank, stage, layer))
+            return torch.cat([x, x.new_zeros(p.num_halo, x.size(1))])
 
-    graph = PartitionedGraph(plan, fake, stage="val")
+        def overlaps(self, stage):
+            return False
+
+        def set_aggregation(self, layer, aggregation):
+            pass
+
+    graph = PartitionedGraph(plan, Fake(), stage="val")
     out = graph.exchange(plan.x, layer="layer3")
     assert out.shape == (plan.num_local, data.x.size(1))
     assert calls == [(0, "val", "layer3")]

@@ -16,7 +16,7 @@ from lightgraph.quant import (
     aggregation_coefficients,
     solve_exchange,
 )
-from lightgraph.strategies import HaloExchanger
+from lightgraph.distributed import HaloExchanger
 from tests.distributed_helpers import run_distributed
 from tests.graphs import tricky_graph
 
@@ -162,7 +162,7 @@ def _trace_and_assign(rank: int, world: int, parts_seed: int) -> dict:
 
     policy.tracing = True
     step()
-    report = policy.reassign(epoch=0)
+    report = ex.reassign(epoch=0)
     ex.stats.reset()
     step()  # sent with the new widths
     send_bits, recv_bits = policy.message_bits(plan, "l0", "forward")

@@ -11,7 +11,8 @@ from lightning.pytorch.strategies import StrategyRegistry
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightgraph.functional.sequence_parallel import SequenceParallel, shard_range
+from lightgraph.distributed import ParallelContextHolder, SequenceParallel
+from lightgraph.functional.sequence_parallel import shard_range
 from lightgraph.strategies.graph_parallel import GraphParallelStrategy
 
 NUM_TOKENS, CHANNELS, HEADS, HEAD_DIM, NUM_SEQUENCES = 11, 5, 6, 3, 3
@@ -28,7 +29,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor) -> Te
     return torch.einsum("hst,thd->shd", scores.softmax(dim=-1), v)
 
 
-class GraphParallelRegressor(pl.LightningModule):
+class GraphParallelRegressor(ParallelContextHolder, pl.LightningModule):
     """One attention layer whose tokens are sharded over the ranks of the strategy."""
 
     def __init__(self) -> None:
@@ -44,8 +45,8 @@ class GraphParallelRegressor(pl.LightningModule):
         self.register_buffer("bias", _randn(2, HEADS, NUM_TOKENS, NUM_TOKENS))
 
     def sequence_parallel(self) -> SequenceParallel:
-        # Plain single-device strategies have no exchanger: one rank is the identity.
-        sp = getattr(self.trainer.strategy, "sequence_parallel", None)
+        # Plain single-device strategies hand no runtime: one rank is the identity.
+        sp = self.parallel_context.sequence_parallel
         return sp if sp is not None else SequenceParallel()
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
@@ -62,10 +63,10 @@ class GraphParallelRegressor(pl.LightningModule):
         q, k, v = heads(self.q(local)), heads(self.k(local)), heads(self.v(local))
         o = attention(q, k, v, self.bias[sp.head_slice(HEADS)], self.mask)
         o = sp.to_sequence(o, num_tokens, layer="out").reshape(-1, HEADS * HEAD_DIM)
-        # DDP averages gradients over ranks: scale the local sum by P / S so the average is
-        # the gradient of the mean over all S tokens.
+        # The strategy sums gradients over ranks: the local sum over S is this rank's share
+        # of the mean over all S tokens.
         sq = (self.out(o) - y[start:end]).pow(2).sum()
-        return sq / num_tokens * sp.world_size
+        return sq / num_tokens
 
     def on_train_epoch_end(self) -> None:
         self.log("a2a_bytes", float(self.sequence_parallel().stats.total("train")))

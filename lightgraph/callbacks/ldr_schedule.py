@@ -1,0 +1,222 @@
+"""The controller shared by the Loss-Descent-Rate driven callbacks (Sylvie §V, TorchGT §4.3.4)."""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
+from typing_extensions import override
+
+from lightgraph.functional.loss_descent_rate import (
+    LossDescentRate,
+    check_smoothing,
+    check_window,
+)
+from lightgraph.utilities.checks import check_bool
+
+SettingT = TypeVar("SettingT", int, str)
+
+
+class LDRSchedule(Callback, Generic[SettingT]):
+    """Shared machinery of Sylvie's LDR-driven controllers (§V-A, §V-B).
+
+    Subclasses choose a *setting* (the base bit-width, the pipeline mode) for every
+    training epoch from the :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate`
+    of the previous epochs. The timeline of epoch :math:`t`:
+
+    * ``on_train_batch_start`` / ``on_train_batch_end``: :math:`et_t` accumulates the wall
+      time of the epoch's training batches (validation is not counted);
+    * ``on_train_epoch_end``: epoch :math:`t` becomes *pending*;
+    * ``on_train_epoch_start`` of epoch :math:`t + 1`: the epoch-level ``monitor`` value of
+      epoch :math:`t` is read from ``trainer.callback_metrics`` (epoch-level metrics logged
+      in ``LightningModule.on_train_epoch_end`` are complete only then), rank 0's
+      :math:`(L_t, et_t)` is broadcast, every rank updates its tracker with the same values
+      and so takes the same decision, and the setting of epoch :math:`t + 1` is applied.
+
+    Checkpoints store the tracker, the setting, the history and the pending epoch. A
+    checkpoint written between the end of epoch :math:`t` and the start of :math:`t + 1`
+    (``ModelCheckpoint`` at train-epoch end, ``trainer.save_checkpoint`` after ``fit``)
+    also stores :math:`L_t`, read from ``trainer.callback_metrics`` in
+    :meth:`on_save_checkpoint`, so a resumed run takes exactly the decision the
+    uninterrupted run would have taken.
+    """
+
+    _log_key: str = ""
+
+    def __init__(self, window: int, smoothing: float, monitor: str, log: bool) -> None:
+        owner = type(self).__name__
+        self.window = check_window(owner, window)
+        self.smoothing = check_smoothing(owner, smoothing)
+        if not isinstance(monitor, str) or not monitor:
+            raise ValueError(
+                f"{owner}: expected `monitor` to be a non-empty metric name but got {monitor!r}."
+            )
+        self.monitor = monitor
+        self.log = check_bool(owner, "log", log)
+        self.tracker = LossDescentRate(smoothing=self.smoothing, window=self.window)
+        #: The setting in force (``None`` before the first training epoch).
+        self.setting: SettingT | None = None
+        #: ``(epoch, setting)`` for every training epoch started, across resumes.
+        self.history: list[tuple[int, SettingT]] = []
+        self._clock: Callable[[], float] = time.perf_counter
+        self._epoch_time = 0.0
+        self._batch_start: float | None = None
+        # A finished epoch not yet fed to the tracker: {"epoch", "time", "loss"}.
+        self._pending: dict[str, Any] | None = None
+        self._epochs_started = 0  # in the current `fit`
+
+    # ---------------------------------------------------------------- subclass interface
+    @abstractmethod
+    def _target(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Any:
+        """The object the setting is written to; raises a clear error if there is none."""
+
+    @abstractmethod
+    def _apply(self, target: Any, setting: SettingT) -> None:
+        """Write ``setting`` to ``target``."""
+
+    @abstractmethod
+    def _initial(self) -> SettingT:
+        """The setting of epoch 0."""
+
+    @abstractmethod
+    def _next(self, setting: SettingT, degraded: bool | None) -> SettingT:
+        """The setting of epoch :math:`t + 1` from that of epoch :math:`t` and the LDR test."""
+
+    @abstractmethod
+    def _check_setting(self, setting: Any) -> SettingT:
+        """Validate (and adapt) a setting restored from a checkpoint."""
+
+    @abstractmethod
+    def _log_value(self, setting: SettingT) -> float:
+        """The number logged as ``_log_key`` for ``setting``."""
+
+    # ---------------------------------------------------------------- hooks
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._target(trainer, pl_module)  # fail before training if the strategy cannot be driven
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epochs_started = 0
+        self._batch_start = None
+        # A run resumed mid-epoch gets no `on_train_epoch_start` for that epoch.
+        if self.setting is not None:
+            self._apply(self._target(trainer, pl_module), self.setting)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._consume(trainer, pending)
+        if self.setting is None:
+            self.setting = self._initial()
+        self._apply(self._target(trainer, pl_module), self.setting)
+        epoch = trainer.current_epoch
+        if self.history and self.history[-1][0] == epoch:
+            self.history[-1] = (epoch, self.setting)
+        else:
+            self.history.append((epoch, self.setting))
+        self._epochs_started += 1
+        self._epoch_time = 0.0
+        if self.log:
+            pl_module.log(
+                self._log_key,
+                self._log_value(self.setting),
+                on_step=False,
+                on_epoch=True,
+                reduce_fx="max",
+                sync_dist=True,  # identical on every rank; avoids Lightning's warning
+                batch_size=1,
+            )
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._batch_start = self._clock()
+
+    @override
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self._batch_start is not None:
+            self._epoch_time += self._clock() - self._batch_start
+            self._batch_start = None
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._pending = {"epoch": trainer.current_epoch, "time": self._epoch_time, "loss": None}
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Epoch t is over but its loss is consumed only when epoch t + 1 starts: store it
+        # now, or a run resumed from this checkpoint could not take that decision.
+        state = checkpoint.get("callbacks", {}).get(self.state_key)
+        if state is None or state.get("pending") is None or state["pending"]["loss"] is not None:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        state["pending"]["loss"] = None if value is None else float(value)
+
+    # ---------------------------------------------------------------- decision
+    def _consume(self, trainer: pl.Trainer, pending: dict[str, Any]) -> None:
+        loss = pending["loss"]
+        if loss is None:
+            value = trainer.callback_metrics.get(self.monitor)
+            if value is None:
+                if self._epochs_started == 0:
+                    # Left over from a checkpoint without the loss or from an earlier `fit`.
+                    rank_zero_warn(
+                        f"{type(self).__name__}: the `{self.monitor}` of epoch {pending['epoch']} "
+                        "is unknown (not stored in the checkpoint); that epoch is skipped."
+                    )
+                    return
+                raise RuntimeError(
+                    f"{type(self).__name__}: the LightningModule did not log `{self.monitor}` in "
+                    f"training epoch {pending['epoch']}; log the global training loss with "
+                    f"`self.log({self.monitor!r}, loss, on_epoch=True, sync_dist=True)` or set "
+                    "`monitor` to a metric it logs."
+                )
+            loss = float(value)
+        # Every rank decides from rank 0's loss and epoch time: identical decisions.
+        loss, seconds = trainer.strategy.broadcast((float(loss), float(pending["time"])), src=0)
+        self.tracker.update(loss, seconds)
+        if self.setting is None:
+            self.setting = self._initial()
+        self.setting = self._next(self.setting, self.tracker.degraded())
+
+    # ---------------------------------------------------------------- state
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "tracker": self.tracker.state_dict(),
+            "setting": self.setting,
+            "history": [[epoch, setting] for epoch, setting in self.history],
+            "pending": None if self._pending is None else dict(self._pending),
+            "epoch_time": self._epoch_time,
+        }
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.tracker.load_state_dict(state_dict["tracker"])
+        setting = state_dict["setting"]
+        self.setting = None if setting is None else self._check_setting(setting)
+        self.history = [(int(epoch), value) for epoch, value in state_dict["history"]]
+        pending = state_dict["pending"]
+        self._pending = None if pending is None else dict(pending)
+        self._epoch_time = float(state_dict.get("epoch_time", 0.0))
+
+
+_LDRSchedule = LDRSchedule  # the name the schedules used before it had its own module

@@ -1,0 +1,613 @@
+"""The halo exchanger: the runtime object behind every partition-aware layer's exchange."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.distributed.bit_assignment import reassign_bits
+from lightgraph.distributed.link_profiler import resolve_cost_model
+from lightgraph.functional.exchange_stats import ExchangeStats
+from lightgraph.functional.halo_exchange import (
+    TRANSPORTS,
+    PendingExchange,
+    halo_exchange,
+    start_exchange_rows,
+)
+from lightgraph.functional.quantize import (
+    PARAM_BYTES_PER_ROW,
+    pack_rows,
+    packed_nbytes,
+    unpack_rows,
+)
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+from lightgraph.quant.random_bits import RandomBits
+from lightgraph.quant.variance_aware_bits import (
+    AssignmentReport,
+    VarianceAwareBits,
+    aggregation_coefficients,
+)
+from lightgraph.utilities.checks import check_choice, check_probability, check_type
+
+Mode = Literal["sync", "async", "overlap"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+_EXCHANGER_IDS = itertools.count()
+
+
+@dataclass
+class _Messages:
+    """Which rows travel between this rank and its peers in one training epoch."""
+
+    send_index: Tensor  # local ids of inner rows to send, grouped per peer
+    send_counts: list[int]
+    recv_index: (
+        Tensor | None
+    )  # positions of received rows among the halo rows (None: all, in order)
+    recv_counts: list[int]
+    send_bits: Tensor | None  # bit-width per sent row (None: FP32)
+    recv_bits: Tensor | None  # bit-width per received row
+    num_halo: int
+
+    def place(self, received: Tensor) -> Tensor:
+        """Received rows -> ``[num_halo, F]`` halo rows (zeros for rows not sent)."""
+        if self.recv_index is None:
+            return received
+        halo = received.new_zeros((self.num_halo,) + tuple(received.shape[1:]))
+        halo[self.recv_index] = received
+        return halo
+
+    def pick(self, halo_grad: Tensor) -> Tensor:
+        """``[num_halo, F]`` halo gradients -> the rows that travel back."""
+        return halo_grad if self.recv_index is None else halo_grad[self.recv_index]
+
+
+class _Decoding:
+    """A pending quantised transfer; :meth:`wait` returns dequantised rows."""
+
+    def __init__(
+        self,
+        pending: PendingExchange,
+        bits: Tensor,
+        counts: list[int],
+        dim: int,
+        dtype: torch.dtype,
+        stats: ExchangeStats,
+        compiled: bool = False,
+    ) -> None:
+        self.pending, self.bits, self.counts, self.dim = pending, bits, counts, dim
+        self.dtype, self.stats, self.compiled = dtype, stats, compiled
+
+    def wait(self) -> Tensor:
+        buf = self.pending.wait()
+        tic = time.perf_counter()
+        try:
+            return self._decode(buf)
+        finally:
+            self.stats.record_time("train", "dequantize", time.perf_counter() - tic)
+
+    def _decode(self, buf: Tensor) -> Tensor:
+        rows, start, row = [], 0, 0
+        for count in self.counts:
+            bits = self.bits[row : row + count]
+            size = packed_nbytes(bits, self.dim)
+            if count:
+                rows.append(
+                    unpack_rows(
+                        buf[start : start + size],
+                        bits,
+                        self.dim,
+                        self.dtype,
+                        compiled=self.compiled,
+                    )
+                )
+            start += size
+            row += count
+        if not rows:
+            return torch.empty((0, self.dim), dtype=self.dtype, device=buf.device)
+        return torch.cat(rows)
+
+
+@dataclass
+class _Inflight:
+    pending: Any
+    msgs: _Messages
+    layer: str
+
+
+class _Ready:
+    def __init__(self, value: Tensor) -> None:
+        self.value = value
+
+    def wait(self) -> Tensor:
+        return self.value
+
+
+class HaloExchanger:
+    """Exchanges halo rows of a :class:`~lightgraph.data.PartitionPlan` over a process group.
+
+    It holds what a run keeps between layers and epochs — the process group, the
+    transport (and the ring's worker thread), the byte counters, the bit-width policy,
+    the execution mode and the buffers of the asynchronous pipeline — so layers only pass
+    rows, the plan and a label. It knows nothing of Lightning:
+    :class:`~lightgraph.strategies.BoundaryExchangeStrategy` builds one on its dedicated
+    process group and hands it to the module in a
+    :class:`~lightgraph.distributed.ParallelContext`.
+
+    Training exchanges (``stage="train"``) follow the configuration:
+
+    * ``policy=None``: FP32 rows, exactly the plain :func:`halo_exchange`.
+    * ``policy=...``: every row is quantised to the policy's bit-width (stochastic
+      rounding, codes bit-packed, bf16 scale and zero point) in both directions; the rows
+      of all widths for one peer travel in one buffer, one collective per layer and
+      direction.
+    * ``mode="sync"``: layers wait for this epoch's halo rows (and gradients).
+    * ``mode="async"``: the inter-epoch pipeline of PipeGCN/Sylvie — a layer computes
+      with the halo rows received during the previous epoch while this epoch's rows are
+      in flight, and inner rows receive the halo gradients of the previous epoch while
+      this epoch's travel. Staleness is exactly one epoch. An exchange with no previous
+      epoch to draw from (the first training epoch) is performed synchronously, and every
+      synchronous exchange also refreshes the buffers, so switching modes between epochs
+      never serves data older than one epoch.
+    * ``mode="overlap"``: AdaQP's computation/communication parallelisation — partition-aware
+      layers start the exchange, compute their *central* rows (no remote in-neighbour)
+      while it is in flight, then finish the *marginal* rows. No staleness: results equal
+      ``"sync"`` (same quantisation draws). Layers that do not split their work simply
+      get the synchronous exchange.
+    * ``boundary_sampling=p``: BNS-GCN — each epoch every rank keeps a random fraction
+      ``p`` of the boundary rows it exchanges with each peer (both ends draw the same
+      sample from a seed shared by the pair) and drops the rest: dropped halo rows are
+      zero for that epoch, which removes their edges from sum-type aggregations.
+
+    Evaluation exchanges (any other stage) are always synchronous, exact FP32 and
+    complete, so reported accuracy measures the model, not the transport.
+
+    Args:
+        group: process group of the exchange (``None``: the default group).
+        transport: ``"all_to_all"`` or ``"ring"``.
+        policy: bit-width policy (:mod:`lightgraph.quant`), ``None`` for FP32.
+        mode: ``"sync"``, ``"async"`` or ``"overlap"``; may be changed between epochs.
+        boundary_sampling: BNS-GCN keep-probability ``p`` or ``None``.
+        seed: seed of quantisation noise and boundary sampling.
+        compile_quantization: quantise/dequantise with the ``torch.compile``-d kernels of
+            :mod:`lightgraph.functional.quantize` (same bytes, ~1.9x faster quantisation on
+            CPU once compiled; the first epoch pays the compilation).
+    """
+
+    def __init__(
+        self,
+        group: dist.ProcessGroup | None = None,
+        transport: str = "all_to_all",
+        policy: BitWidthPolicy | None = None,
+        mode: str = "sync",
+        boundary_sampling: float | None = None,
+        seed: int = 0,
+        compile_quantization: bool = False,
+    ) -> None:
+        owner = "HaloExchanger"
+        self.group = group
+        self.compile_quantization = compile_quantization
+        self.transport = check_choice(owner, "transport", transport, TRANSPORTS)
+        self._policy: BitWidthPolicy | None = None
+        self._policy_generation = 0
+        self._uid = next(_EXCHANGER_IDS)  # names this exchanger's layouts in a plan's cache
+        self.set_policy(policy)
+        self.mode = mode
+        self.boundary_sampling = check_probability(
+            owner, "boundary_sampling", boundary_sampling, optional=True
+        )
+        self.seed = seed
+        self.epoch = 0
+        self.stats = ExchangeStats()
+        self._generator: torch.Generator | None = None
+        self._buffers: dict[tuple[str, str], tuple[Any, _Messages]] = {}
+        # The ring's rounds run on one worker owned by this exchanger: FIFO across calls.
+        self._executor: ThreadPoolExecutor | None = None
+        #: how each layer weighs received halo rows ("gcn", "mean" or "sum"), reported by
+        #: the layers (:class:`~lightgraph.nn.PartitionAware`) for variance-aware policies
+        self.aggregations: dict[str, str] = {}
+
+    @property
+    def policy(self) -> BitWidthPolicy | None:
+        """The bit-width policy of training messages (``None``: FP32)."""
+        return self._policy
+
+    def set_policy(self, policy: BitWidthPolicy | None) -> None:
+        """Quantise training messages with ``policy`` from the next exchange on (``None``: FP32)."""
+        if policy is not None:
+            check_type(
+                "HaloExchanger",
+                "policy",
+                policy,
+                BitWidthPolicy,
+                "a lightgraph.quant policy such as DegreeAwareBits or FixedBits, or None",
+            )
+        self._policy = policy
+        self._policy_generation += 1
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the exchange spans more than one initialised rank."""
+        return (
+            dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1
+        )
+
+    def setup(self) -> None:
+        """Prepare the policy once the process group is up (collective).
+
+        A :class:`~lightgraph.quant.VarianceAwareBits` policy without a cost model gets one
+        from :func:`~lightgraph.distributed.resolve_cost_model` (profiling the links when
+        configured to).
+        """
+        policy = self.policy
+        if isinstance(policy, VarianceAwareBits) and policy.cost_model is None and self.distributed:
+            policy.cost_model = resolve_cost_model(
+                policy.cost_model_spec,
+                self.group,
+                cache_path=policy.cost_model_path,
+                sizes_bytes=policy.profile_sizes,
+            )
+
+    def reassign(self, epoch: int | None = None) -> AssignmentReport | None:
+        """Re-assign the policy's widths (collective on every rank of the exchange).
+
+        :class:`~lightgraph.quant.VarianceAwareBits` solves new widths from the rows traced
+        since the last assignment (:func:`~lightgraph.distributed.reassign_bits`) and the
+        report is returned; :class:`~lightgraph.quant.RandomBits` redraws its widths
+        (``None`` is returned).
+        """
+        policy = self.policy
+        if isinstance(policy, VarianceAwareBits):
+            policy.tracing = False
+            return reassign_bits(policy, self.group, self.transport, epoch)
+        if isinstance(policy, RandomBits):
+            policy.redraw()
+            return None
+        raise TypeError(
+            "HaloExchanger.reassign: expected the policy to be a VarianceAwareBits or RandomBits "
+            f"but got {type(policy).__name__ if policy is not None else 'None (FP32 exchange)'}."
+        )
+
+    def _ring_executor(self) -> ThreadPoolExecutor | None:
+        if self.transport != "ring":
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lightgraph-ring")
+        return self._executor
+
+    def set_aggregation(self, layer: str, aggregation: str) -> None:
+        """Record how ``layer`` aggregates halo rows (``"gcn"``, ``"mean"`` or ``"sum"``)."""
+        self.aggregations[layer] = aggregation
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        self._mode = check_choice("HaloExchanger", "mode", value, MODES)
+
+    def start_epoch(self, epoch: int) -> None:
+        """Begin training epoch ``epoch``: boundary sampling draws anew and the counters restart.
+
+        :attr:`stats` then holds the bytes and quantisation time of this epoch (training
+        and the evaluation that follows it) for every reader until the next call.
+        """
+        self.epoch = epoch
+        self.stats.reset()
+
+    # ----------------------------------------------------------------------- entry point
+    def __call__(
+        self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
+    ) -> Tensor:
+        plain = (
+            self.policy is None
+            and self.mode == "sync"
+            and self.boundary_sampling is None
+            and not self._buffers
+        )
+        if stage != "train" or plain:
+            return halo_exchange(
+                x,
+                plan.send_index,
+                plan.send_counts,
+                plan.halo_counts,
+                group=self.group,
+                transport=self.transport,
+                stats=self.stats,
+                stage=stage,
+                layer=layer,
+                executor=self._ring_executor(),
+            )
+        if not self.distributed:
+            return halo_exchange(
+                x, plan.send_index, plan.send_counts, plan.halo_counts, group=self.group
+            )
+        return _PipelinedExchange.apply(x, self, plan, layer)
+
+    # ----------------------------------------------------------- overlap (start / finish)
+    def overlaps(self, stage: str) -> bool:
+        """Whether layers should split their work around :meth:`start` / :meth:`finish`."""
+        return stage == "train" and self.mode == "overlap" and self.distributed
+
+    def start(self, x: Tensor, plan: PartitionPlan, layer: str) -> _Inflight:
+        """Start this layer's forward exchange; rows travel while the caller computes."""
+        key = (layer, "forward")
+        msgs = self.messages(plan, layer, "forward")
+        previous = self._buffers.pop(key, None)
+        if previous is not None:
+            previous[0].wait()  # drain a transfer started by an asynchronous epoch
+        rows = x.detach().index_select(0, msgs.send_index)
+        pending = self._start(
+            rows,
+            msgs.send_counts,
+            msgs.recv_counts,
+            msgs.send_bits,
+            msgs.recv_bits,
+            layer,
+            "forward",
+            plan,
+        )
+        return _Inflight(pending, msgs, layer)
+
+    def finish(self, inflight: _Inflight, x: Tensor, plan: PartitionPlan) -> Tensor:
+        """Wait for :meth:`start`'s rows; returns ``[x; halo]`` (differentiable, like ``__call__``)."""
+        received = inflight.pending.wait()
+        self._buffers[(inflight.layer, "forward")] = (_Ready(received), inflight.msgs)
+        return _FinishedExchange.apply(x, received, inflight.msgs, self, plan, inflight.layer)
+
+    def drain(self) -> None:
+        """Complete every transfer still in flight (before the process group goes away)."""
+        for pending, _ in self._buffers.values():
+            pending.wait()
+        self._buffers.clear()
+
+    def close(self) -> None:
+        """Drain, then stop the ring worker (the exchanger can be used again afterwards)."""
+        self.drain()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    # ----------------------------------------------------------------------- internals
+    def _rng(self, device: torch.device) -> torch.Generator:
+        if self._generator is None or self._generator.device != device:
+            rank = dist.get_rank() if dist.is_initialized() else 0
+            self._generator = torch.Generator(device=device).manual_seed(
+                self.seed * 1_000_003 + rank
+            )
+        return self._generator
+
+    def messages(self, plan: PartitionPlan, layer: str, direction: str) -> _Messages:
+        """This epoch's message layout (bit-widths, sampled rows) for one layer and direction."""
+        sampled = self.boundary_sampling is not None
+        policy = self.policy
+        bits_key = (
+            None
+            if policy is None
+            else (self._policy_generation, policy.base_bits, policy.version)
+        )
+        # Layouts live with the plan they describe (a moved or rebuilt plan starts afresh),
+        # keyed by everything they depend on.
+        layouts: dict[Any, _Messages] = plan.cached(("halo_messages", self._uid), dict)
+        key = (
+            self.epoch if sampled else None,
+            bits_key,
+            layer if policy is not None else None,
+            direction if policy is not None else None,
+        )
+        cached = layouts.get(key)
+        if cached is not None:
+            return cached
+        if len(layouts) > 64:
+            layouts.clear()
+        send_index, send_counts = plan.send_index, list(plan.send_counts)
+        send_pos: Tensor | None = None
+        recv_index, recv_counts = None, list(plan.halo_counts)
+        if sampled:
+            send_pos, send_counts, recv_index, recv_counts = self._sample(plan)
+            send_index = plan.send_index[send_pos]
+        send_bits = recv_bits = None
+        if policy is not None:
+            send_bits, recv_bits = policy.message_bits(plan.halo, layer, direction)
+            if send_pos is not None:
+                send_bits = send_bits[send_pos]
+            if recv_index is not None:
+                recv_bits = recv_bits[recv_index]
+        msgs = _Messages(
+            send_index, send_counts, recv_index, recv_counts, send_bits, recv_bits, plan.num_halo
+        )
+        layouts[key] = msgs
+        return msgs
+
+    def _sample(self, plan: PartitionPlan) -> tuple[Tensor, list[int], Tensor, list[int]]:
+        """``(send positions, send counts, recv positions, recv counts)`` kept this epoch."""
+        p = self.boundary_sampling
+        rank = plan.rank
+        device = plan.send_index.device
+
+        def keep(src: int, dst: int, count: int) -> Tensor:
+            # The pair (src -> dst) draws from its own seed: both ends get the same mask.
+            gen = torch.Generator().manual_seed(
+                (((self.seed * 1_000_003 + self.epoch) * 1_000_003 + src) * 1_000_003 + dst)
+                % (2**62)
+            )
+            return (torch.rand(count, generator=gen) < p).to(device)
+
+        send_parts, send_counts, recv_parts, recv_counts = [], [], [], []
+        offset = 0
+        for q, count in enumerate(plan.send_counts):
+            mask = (
+                keep(rank, q, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            )
+            send_parts.append(torch.nonzero(mask).flatten() + offset)
+            send_counts.append(int(mask.sum()))
+            offset += count
+        offset = 0
+        for q, count in enumerate(plan.halo_counts):
+            mask = (
+                keep(q, rank, count) if count else torch.zeros(0, dtype=torch.bool, device=device)
+            )
+            recv_parts.append(torch.nonzero(mask).flatten() + offset)
+            recv_counts.append(int(mask.sum()))
+            offset += count
+        return torch.cat(send_parts), send_counts, torch.cat(recv_parts), recv_counts
+
+    def _start(
+        self,
+        rows: Tensor,
+        counts_out: list[int],
+        counts_in: list[int],
+        bits_out: Tensor | None,
+        bits_in: Tensor | None,
+        layer: str,
+        direction: str,
+        plan: PartitionPlan | None = None,
+    ) -> Any:
+        rows = rows.contiguous()
+        if (
+            plan is not None
+            and self.policy is not None
+            and self.policy.tracing
+            and self.boundary_sampling is None
+        ):
+            alpha2 = (
+                aggregation_coefficients(plan, self.aggregations.get(layer, "sum"))
+                if direction == "forward"
+                else None
+            )
+            self.policy.observe(plan.halo, layer, direction, rows, alpha2)
+        if bits_out is None or bits_in is None:
+            self.stats.record("train", layer, direction, rows.numel() * rows.element_size())
+            return start_exchange_rows(
+                rows, counts_out, counts_in, self.group, self.transport, self._ring_executor()
+            )
+        dim = rows.size(1)
+        gen = self._rng(rows.device)
+        tic = time.perf_counter()
+        buffers, bytes_out, start = [], [], 0
+        for count in counts_out:
+            seg = rows[start : start + count]
+            buf = (
+                pack_rows(
+                    seg, bits_out[start : start + count], gen, compiled=self.compile_quantization
+                )
+                if count
+                else rows.new_empty(0, dtype=torch.uint8)
+            )
+            buffers.append(buf)
+            bytes_out.append(buf.numel())
+            start += count
+        bytes_in, start = [], 0
+        for count in counts_in:
+            bytes_in.append(packed_nbytes(bits_in[start : start + count], dim))
+            start += count
+        payload = torch.cat(buffers) if buffers else rows.new_empty(0, dtype=torch.uint8)
+        self.stats.record_time("train", "quantize", time.perf_counter() - tic)
+        params = PARAM_BYTES_PER_ROW * rows.size(0)
+        self.stats.record("train", layer, direction, payload.numel() - params)
+        self.stats.record("train", layer, direction, params, kind="params")
+        pending = start_exchange_rows(
+            payload, bytes_out, bytes_in, self.group, self.transport, self._ring_executor()
+        )
+        return _Decoding(
+            pending, bits_in, counts_in, dim, rows.dtype, self.stats, self.compile_quantization
+        )
+
+    def _transfer(
+        self, key: tuple[str, str], start: Any, msgs: _Messages
+    ) -> tuple[Tensor, _Messages]:
+        """Rows for this step under the current mode; returns them with their layout."""
+        previous = self._buffers.pop(key, None)
+        if self.mode == "async" and previous is not None:
+            stale, stale_msgs = previous[0].wait(), previous[1]
+            self._buffers[key] = (start(), msgs)  # this epoch's rows, used next epoch
+            return stale, stale_msgs
+        if previous is not None:
+            previous[0].wait()  # drain a transfer started by an asynchronous epoch
+        fresh = start().wait()
+        self._buffers[key] = (_Ready(fresh), msgs)
+        return fresh, msgs
+
+
+class _PipelinedExchange(torch.autograd.Function):
+    """Halo exchange with quantisation, boundary sampling and the async pipeline."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, ex: HaloExchanger, plan: PartitionPlan, layer: str) -> Tensor:  # type: ignore[override]
+        msgs = ex.messages(plan, layer, "forward")
+
+        def start() -> Any:
+            rows = x.detach().index_select(0, msgs.send_index)
+            return ex._start(
+                rows,
+                msgs.send_counts,
+                msgs.recv_counts,
+                msgs.send_bits,
+                msgs.recv_bits,
+                layer,
+                "forward",
+                plan,
+            )
+
+        received, used = ex._transfer((layer, "forward"), start, msgs)
+        ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
+        return torch.cat([x, used.place(received).to(x.dtype)], dim=0)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        return (_backward_exchange(ctx, grad_out), None, None, None)
+
+
+class _FinishedExchange(torch.autograd.Function):
+    """``[x; halo]`` from rows received by :meth:`HaloExchanger.start` (overlap mode)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        received: Tensor,
+        msgs: _Messages,
+        ex: HaloExchanger,
+        plan: PartitionPlan,
+        layer: str,
+    ) -> Tensor:
+        ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
+        return torch.cat([x, msgs.place(received).to(x.dtype)], dim=0)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        return (_backward_exchange(ctx, grad_out), None, None, None, None, None)
+
+
+def _backward_exchange(ctx: Any, grad_out: Tensor) -> Tensor:
+    """Send halo gradients back to their owners (under the exchanger's mode) and accumulate."""
+    ex, plan, layer, n = ctx.ex, ctx.plan, ctx.layer, ctx.num_inner
+    msgs = ex.messages(plan, layer, "backward")
+    halo_grad = grad_out[n:]
+
+    def start() -> Any:
+        rows = msgs.pick(halo_grad).contiguous()
+        return ex._start(
+            rows,
+            msgs.recv_counts,
+            msgs.send_counts,
+            msgs.recv_bits,
+            msgs.send_bits,
+            layer,
+            "backward",
+            plan,
+        )
+
+    received, used = ex._transfer((layer, "backward"), start, msgs)
+    grad_x = grad_out[:n].clone()
+    grad_x.index_add_(0, used.send_index, received.to(grad_x.dtype))
+    return grad_x

@@ -1,0 +1,122 @@
+"""One entry point for TorchGT's attention kinds: dense, raw, sparse, cluster-sparse, dual."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from lightgraph.functional.attention.cluster_sparse import (
+    cluster_sparse_attention,
+    default_num_clusters,
+)
+from lightgraph.functional.attention.conditions import dual_uses_dense
+from lightgraph.functional.attention.dense import dense_attention
+from lightgraph.functional.attention.pattern import AttentionGraph
+from lightgraph.functional.attention.raw import raw_attention
+from lightgraph.functional.attention.sparse import _sparse_attention
+from lightgraph.utilities.checks import check_bias_table, check_qkv, check_rate
+
+__all__ = ["KINDS", "attend"]
+
+#: The attention kinds :func:`attend` dispatches to.
+KINDS: tuple[str, ...] = ("dense", "raw", "sparse", "cluster_sparse", "dual")
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    graph: AttentionGraph,
+    kind: str,
+    bias_table: Tensor | None = None,
+    *,
+    dropout_p: float = 0.0,
+    step: int = 0,
+    dense_every: int = 0,
+    num_clusters: int | None = None,
+    block_size: int = 16,
+    threshold: float = 0.0,
+) -> Tensor:
+    """The attention of one layer over ``graph``, by ``kind`` (one of :data:`KINDS`).
+
+    * ``"dense"``: full attention with
+      :func:`~lightgraph.functional.attention.dense_attention` (SDPA);
+    * ``"raw"``: full attention with :func:`~lightgraph.functional.attention.raw_attention`
+      (materialised scores);
+    * ``"sparse"``: :func:`~lightgraph.functional.attention.sparse_attention` over
+      ``graph.edge_index``;
+    * ``"cluster_sparse"``: :func:`~lightgraph.functional.attention.cluster_sparse_attention`
+      over ``graph.cluster_layout(num_clusters, block_size, threshold)``;
+    * ``"dual"``: TorchGT's dual-interleaved attention -- ``"sparse"``, but ``"dense"``
+      when :func:`~lightgraph.functional.attention.dual_uses_dense` says so (every
+      ``dense_every`` steps, and always when the pattern fails C1-C3).
+
+    The per-head bias is looked up in ``bias_table`` with ``graph.edge_bucket`` (sparse
+    kinds), the layout's buckets (``far_bucket`` on added pairs) or ``graph.dense_bucket``
+    (dense kinds); where that bucket is ``None`` the kind runs without bias.
+
+    Args:
+        q, k, v: ``[S, H, D]`` for the heads this process computes.
+        graph: the sequence's pattern (on the device of ``q``).
+        kind: one of :data:`KINDS`.
+        bias_table: ``[num_buckets, H]`` learned bias for these heads.
+        dropout_p: attention dropout (pass 0 in evaluation).
+        step: training step, for ``"dual"``.
+        dense_every: period of the dense interleave for ``"dual"`` (0: never periodic).
+        num_clusters: clusters ``k`` for ``"cluster_sparse"``; ``None`` uses
+            :func:`~lightgraph.functional.attention.default_num_clusters` of ``H * D``
+            (at most ``S``), which depends on the sizes only, not on the machine.
+        block_size: tile side ``d_b`` for ``"cluster_sparse"``.
+        threshold: transfer threshold for ``"cluster_sparse"``.
+
+    Shapes:
+        - **input:** q, k ``[S, H, D]``, v ``[S, H, D_v]``
+        - **output:** ``[S, H, D_v]``
+    """
+    owner = "attend"
+    if kind not in KINDS:
+        raise ValueError(f"{owner}: expected `kind` to be one of {KINDS} but got {kind!r}.")
+    S, H, D = check_qkv(owner, q, k, v)
+    if not isinstance(graph, AttentionGraph):
+        raise ValueError(
+            f"{owner}: expected `graph` to be an AttentionGraph but got {type(graph).__name__}."
+        )
+    graph.validate()
+    if graph.num_tokens != S:
+        raise ValueError(
+            f"{owner}: expected `graph` over S={S} tokens (the length of `q`) but it has "
+            f"{graph.num_tokens}."
+        )
+    if graph.device != q.device:
+        raise ValueError(
+            f"{owner}: expected `graph` on {q.device} but it is on {graph.device}; call "
+            f"`graph.to(device)`."
+        )
+    if bias_table is not None:
+        check_bias_table(owner, bias_table, H, q)
+        for name in ("edge_bucket", "dense_bucket"):
+            top = graph.cache.get(("max_bucket", name), -1)
+            if top >= bias_table.shape[0]:
+                raise ValueError(
+                    f"{owner}: `graph.{name}` uses bucket {top} but `bias_table` has only "
+                    f"{bias_table.shape[0]} rows."
+                )
+    if kind == "dual":
+        kind = "dense" if dual_uses_dense(graph, step, dense_every) else "sparse"
+    if kind in ("dense", "raw"):
+        bias = None
+        if bias_table is not None and graph.dense_bucket is not None:
+            bias = bias_table[graph.dense_bucket].permute(2, 0, 1)
+        fn = dense_attention if kind == "dense" else raw_attention
+        return fn(q, k, v, bias=bias, dropout_p=dropout_p)
+    if kind == "sparse":
+        pattern = graph.sorted_by_query()
+        bias = None
+        if bias_table is not None and pattern.edge_bucket is not None:
+            bias = bias_table[pattern.edge_bucket]
+        dropout_p = check_rate(owner, "dropout_p", dropout_p)
+        return _sparse_attention(q, k, v, graph._sparse_structure(H), bias, dropout_p)
+    if num_clusters is None:
+        num_clusters = min(default_num_clusters(H * D), S)
+    layout = graph.cluster_layout(num_clusters, block_size, threshold)
+    table = bias_table if layout.tile_bucket is not None else None
+    return cluster_sparse_attention(q, k, v, layout, table, dropout_p=dropout_p)

@@ -1,0 +1,254 @@
+"""HaloExchanger modes: async staleness, boundary sampling, quantised messages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lightgraph.data import build_partition_plans
+from lightgraph.quant import DegreeAwareBits, FixedBits
+from lightgraph.distributed import HaloExchanger
+from tests.distributed_helpers import run_distributed
+from tests.graphs import tricky_graph
+
+F = 6
+
+
+def _weights(num_nodes: int) -> torch.Tensor:
+    return torch.randn(
+        num_nodes, F, generator=torch.Generator().manual_seed(11), dtype=torch.float64
+    )
+
+
+def _epochs(rank: int, world: int, kwargs: dict, modes: list[str]) -> list[dict]:
+    data, part = tricky_graph(world)
+    plan = build_partition_plans(data, part, world)[rank]
+    ex = HaloExchanger(**kwargs)
+    w = _weights(data.num_nodes)[plan.global_ids]
+    ids = plan.global_ids
+    out = []
+    for t, mode in enumerate(modes):
+        ex.mode = mode
+        ex.start_epoch(t)
+        x = (data.x[ids[: plan.num_inner]] + t).requires_grad_()
+        y = ex(x, plan, "train", "l")
+        (y * w * (t + 1)).sum().backward()
+        msgs = ex.messages(plan, "l", "forward")
+        out.append(
+            {
+                "halo": y[plan.num_inner :].detach(),
+                "grad": x.grad,
+                "ids": ids,
+                "n": plan.num_inner,
+                "send_counts": msgs.send_counts,
+                "recv_counts": msgs.recv_counts,
+                "fwd": ex.stats.total("train", "forward"),
+                "params": ex.stats.total("train", kind="params"),
+            }
+        )
+        ex.stats.reset()
+    ex.drain()
+    return out
+
+
+def _times_sent(world: int) -> torch.Tensor:
+    """How many peers hold each node as halo."""
+    data, part = tricky_graph(world)
+    counts = torch.zeros(data.num_nodes, dtype=torch.float64)
+    for p in build_partition_plans(data, part, world):
+        counts.index_add_(
+            0, p.global_ids[p.send_index], torch.ones(p.send_index.numel(), dtype=torch.float64)
+        )
+    return counts
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [2, 3])
+def test_async_staleness_is_exactly_one_epoch(world: int) -> None:
+    modes = ["async", "async", "async", "sync", "async"]
+    results = run_distributed(_epochs, world, {"mode": "async"}, modes, timeout=100)
+    data, _ = tricky_graph(world)
+    w = _weights(data.num_nodes)
+    sent = _times_sent(world)
+    for r in results:
+        for t, mode in enumerate(modes):
+            e = r[t]
+            ids, n = e["ids"], e["n"]
+            # Epoch 0 has no previous epoch and runs synchronously; a sync epoch is fresh;
+            # every other async epoch sees the previous epoch's rows and gradients.
+            source = t if (t == 0 or mode == "sync") else t - 1
+            torch.testing.assert_close(e["halo"], data.x[ids[n:]] + source)
+            inner = ids[:n]
+            expected = w[inner] * (t + 1) + w[inner] * (source + 1) * sent[inner].unsqueeze(1)
+            torch.testing.assert_close(e["grad"], expected)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_boundary_sampling_both_ends_agree() -> None:
+    world = 3
+    results = run_distributed(
+        _epochs, world, {"boundary_sampling": 0.5, "seed": 3}, ["sync", "sync"], timeout=100
+    )
+    data, part = tricky_graph(world)
+    plans = build_partition_plans(data, part, world)
+    for t in range(2):
+        kept = total = 0
+        for r, res in enumerate(results):
+            e = res[t]
+            for q in range(world):
+                assert e["send_counts"][q] == results[q][t]["recv_counts"][r]
+            ids, n = e["ids"], e["n"]
+            nonzero = e["halo"].abs().sum(1) > 0
+            assert int(nonzero.sum()) == sum(e["recv_counts"])
+            torch.testing.assert_close(e["halo"][nonzero], data.x[ids[n:]][nonzero] + t)
+            assert e["fwd"] == sum(e["send_counts"]) * F * 8
+            kept += sum(e["send_counts"])
+            total += sum(plans[r].send_counts)
+        assert 0.25 < kept / total < 0.75
+    # a different epoch draws a different sample
+    assert any(results[r][0]["send_counts"] != results[r][1]["send_counts"] for r in range(world))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_quantised_rows_and_exact_bytes(bits: int) -> None:
+    results = run_distributed(_epochs, 2, {"policy": FixedBits(bits)}, ["sync"], timeout=100)
+    data, _ = tricky_graph(2)
+    for r in results:
+        e = r[0]
+        ids, n = e["ids"], e["n"]
+        true = data.x[ids[n:]]
+        span = (true.max(1).values - true.min(1).values).unsqueeze(1)
+        # stochastic rounding moves a value by less than one grid step (+ bf16 rounding of the range)
+        assert bool(((e["halo"] - true).abs() <= span / (2**bits - 1) * 1.02 + 1e-6).all())
+        rows = sum(e["send_counts"])
+        data_bytes = sum(math.ceil(c * F * bits / 8) for c in e["send_counts"])
+        assert e["fwd"] == data_bytes + 4 * rows
+        assert e["params"] == 4 * rows + 4 * sum(e["recv_counts"])  # forward + backward
+
+
+def _degree_aware(rank: int, world: int) -> dict:
+    data, part = tricky_graph(world)
+    plan = build_partition_plans(data, part, world)[rank]
+    ex = HaloExchanger(policy=DegreeAwareBits(base_bits=1))
+    msgs = ex.messages(plan, "l", "forward")
+    return {
+        "send": plan.global_ids[msgs.send_index],
+        "send_bits": msgs.send_bits,
+        "recv": plan.global_ids[plan.num_inner :],
+        "recv_bits": msgs.recv_bits,
+        "send_counts": msgs.send_counts,
+        "recv_counts": msgs.recv_counts,
+    }
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_degree_aware_bits_agree_on_both_ends() -> None:
+    results = run_distributed(_degree_aware, 2, timeout=50)
+    a, b = results
+    # rank 0 sends to rank 1 exactly the rows rank 1 receives from rank 0, with the same widths
+    assert torch.equal(a["send"], b["recv"]) and torch.equal(a["send_bits"], b["recv_bits"])
+    assert torch.equal(b["send"], a["recv"]) and torch.equal(b["send_bits"], a["recv_bits"])
+    assert set(torch.cat([a["send_bits"], b["send_bits"]]).tolist()) <= {1, 2, 4, 8}
+    assert len(set(a["send_bits"].tolist())) > 1
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(
+        ValueError, match="`mode` to be one of \\('sync', 'async', 'overlap'\\) but got 'lazy'"
+    ):
+        HaloExchanger(mode="lazy")
+    with pytest.raises(ValueError, match="`boundary_sampling` in \\(0, 1\\] or None but got 0"):
+        HaloExchanger(boundary_sampling=0)
+    with pytest.raises(TypeError, match="`policy` to be a lightgraph.quant.BitWidthPolicy"):
+        HaloExchanger(policy=8)  # type: ignore[arg-type]
+    ex = HaloExchanger()
+    with pytest.raises(ValueError, match="`mode`"):
+        ex.mode = "eventually"
+
+
+def _plain_vs_pipelined(rank: int, world: int) -> dict:
+    data, part = tricky_graph(world)
+    plan = build_partition_plans(data, part, world)[rank]
+    w = _weights(data.num_nodes)[plan.global_ids]
+    out = {}
+    for name in ("plain", "pipelined"):
+        ex = HaloExchanger()
+        if (
+            name == "pipelined"
+        ):  # one async epoch leaves buffers: later sync epochs take the pipelined path
+            ex.mode = "async"
+            x0 = data.x[plan.global_ids[: plan.num_inner]].clone().requires_grad_()
+            (ex(x0, plan, "train", "l") * w).sum().backward()
+            ex.mode = "sync"
+            assert ex._buffers
+        x = (data.x[plan.global_ids[: plan.num_inner]] * 3).requires_grad_()
+        y = ex(x, plan, "train", "l")
+        (y * w).sum().backward()
+        out[name] = (y.detach(), x.grad)
+        ex.drain()
+    return out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_fp32_sync_is_bit_identical_on_both_paths() -> None:
+    for r in run_distributed(_plain_vs_pipelined, 3, timeout=50):
+        assert torch.equal(r["plain"][0], r["pipelined"][0])
+        assert torch.equal(r["plain"][1], r["pipelined"][1])
+
+
+def _overlap_vs_sync(rank: int, world: int, quantized: bool) -> dict:
+    from lightgraph.nn import GAT, GCN, GraphSAGE, PartitionedGraph
+
+    data, part = tricky_graph(world)
+    plan = build_partition_plans(data, part, world)[rank]
+    coeff = torch.randn(
+        data.num_nodes, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64
+    )
+    coeff = coeff[plan.global_ids[: plan.num_inner]]
+    out = {}
+    for name, cls in (("gcn", GCN), ("sage", GraphSAGE), ("gat", GAT)):
+        for mode in ("sync", "overlap"):
+            torch.manual_seed(0)
+            model = cls(F, 3, hidden_channels=8, num_layers=3, dropout=0.0).double()
+            ex = HaloExchanger(policy=FixedBits(4) if quantized else None, mode=mode, seed=1)
+            x = data.x[plan.global_ids[: plan.num_inner]].clone().requires_grad_()
+            y = model(x, PartitionedGraph(plan, ex, "train"))
+            (y * coeff).sum().backward()
+            out[(name, mode)] = {
+                "y": y.detach(),
+                "x_grad": x.grad,
+                "grads": {k: p.grad.clone() for k, p in model.named_parameters()},
+                "bytes": ex.stats.total("train"),
+            }
+            ex.drain()
+    return out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world,quantized", [(2, False), (2, True), (4, False), (4, True)])
+def test_overlap_equals_sync(world: int, quantized: bool) -> None:
+    """AdaQP's key property: no staleness, the same rows (and quantisation draws) as sync.
+
+    Forward outputs are bit-identical. Gradients are equal up to float64 rounding: the
+    overlap pass runs each layer twice (central, marginal rows), so autograd adds the
+    weight-gradient contributions in a different order.
+    """
+    for r in run_distributed(_overlap_vs_sync, world, quantized, timeout=100):
+        for name in ("gcn", "sage", "gat"):
+            sync, over = r[(name, "sync")], r[(name, "overlap")]
+            assert torch.equal(sync["y"], over["y"]), name
+            torch.testing.assert_close(over["x_grad"], sync["x_grad"], atol=1e-12, rtol=0)
+            for key, g in sync["grads"].items():
+                torch.testing.assert_close(
+                    over["grads"][key], g, atol=1e-12, rtol=0, msg=f"{name}.{key}"
+                )
+            assert sync["bytes"] == over["bytes"] > 0

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightgraph.nn import MLP, PartitionedGraph
+from tests.graphs import tricky_graph
+from tests.nn.models.model_checks import dropout_is_active, run_model
+
+
+def test_forward_backward_shapes() -> None:
+    out, graph = run_model(MLP(6, 3, hidden_channels=8, num_layers=2))
+    assert out.shape == (graph.num_inner, 3)
+    assert torch.isfinite(out).all()
+
+
+def test_dropout_only_in_training() -> None:
+    model = MLP(6, 3, hidden_channels=8, num_layers=2, dropout=0.5)
+    assert dropout_is_active(model)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"num_layers": 0}, "`num_layers`"),
+        ({"out_channels": 0}, "`out_channels`"),
+    ],
+)
+def test_bad_arguments(kwargs, match) -> None:
+    args = dict(in_channels=6, out_channels=3)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        MLP(**args)
+
+
+def test_ignores_the_graph() -> None:
+    model = MLP(6, 3, hidden_channels=8).double().eval()
+    data, _ = tricky_graph(1)
+    torch.testing.assert_close(model(data.x, None), model(data.x, PartitionedGraph.from_data(data)))
