@@ -218,5 +218,3 @@ class LDRSchedule(Callback, Generic[SettingT]):
         self._pending = None if pending is None else dict(pending)
         self._epoch_time = float(state_dict.get("epoch_time", 0.0))
 
-
-_LDRSchedule = LDRSchedule  # the name the schedules used before it had its own module

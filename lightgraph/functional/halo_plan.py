@@ -74,14 +74,3 @@ class HaloPlan:
     def halo_index(self) -> Tensor:
         """Local ids of the halo rows (``num_inner .. num_local - 1``)."""
         return self.num_inner + torch.arange(self.num_halo, device=self.send_index.device)
-
-    @property
-    def key(self) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]]:
-        """A content key of the topology's shape (for caches owned by other objects)."""
-        return (
-            self.rank,
-            self.num_parts,
-            self.num_inner,
-            tuple(self.send_counts),
-            tuple(self.halo_counts),
-        )

@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanAbsoluteError, Metric
 from torchmetrics.classification import MulticlassAccuracy
 
+from lightgraph.data.graph_set import GraphSetDataModule
+from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.token_batch import TokenBatch
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.sequence_parallel import SequenceParallel
@@ -146,10 +148,12 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
         """A model that reads Laplacian PEs needs a data module built with its ``pe_dim``."""
         if not getattr(self.model, "requires_laplacian_pe", False):
             return
-        datamodule = getattr(self._trainer, "datamodule", None)
-        data_pe_dim = getattr(datamodule, "pe_dim", None)
-        if data_pe_dim is None or data_pe_dim == self.model.pe_dim:
+        datamodule = self._trainer.datamodule if self._trainer is not None else None
+        if not isinstance(datamodule, NodeSequenceDataModule | GraphSetDataModule):
             return  # not one of lightgraph's data modules: the model checks every batch
+        data_pe_dim = datamodule.pe_dim
+        if data_pe_dim == self.model.pe_dim:
+            return
         pe_dim = self.model.pe_dim
         raise ValueError(
             f"GraphTransformerModule: {type(self.model).__name__} reads pe_dim={pe_dim} Laplacian "
