@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 from abc import abstractmethod
-from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import lightning.pytorch as pl
@@ -18,6 +16,7 @@ from lightgraph.functional.loss_descent_rate import (
     check_window,
 )
 from lightgraph.utilities.checks import check_bool
+from lightgraph.utilities.timing import Clock, Stopwatch
 
 SettingT = TypeVar("SettingT", int, str)
 
@@ -63,12 +62,21 @@ class LDRSchedule(Callback, Generic[SettingT]):
         self.setting: SettingT | None = None
         #: ``(epoch, setting)`` for every training epoch started, across resumes.
         self.history: list[tuple[int, SettingT]] = []
-        self._clock: Callable[[], float] = time.perf_counter
+        # Times each training batch; its clock is `_clock` (tests inject a fake one).
+        self._batch_timer = Stopwatch()
         self._epoch_time = 0.0
-        self._batch_start: float | None = None
         # A finished epoch not yet fed to the tracker: {"epoch", "time", "loss"}.
         self._pending: dict[str, Any] | None = None
         self._epochs_started = 0  # in the current `fit`
+
+    @property
+    def _clock(self) -> Clock:
+        """The clock the training batches are timed with (default ``time.perf_counter``)."""
+        return self._batch_timer.clock
+
+    @_clock.setter
+    def _clock(self, clock: Clock) -> None:
+        self._batch_timer.clock = clock
 
     # ---------------------------------------------------------------- subclass interface
     @abstractmethod
@@ -104,7 +112,7 @@ class LDRSchedule(Callback, Generic[SettingT]):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epochs_started = 0
-        self._batch_start = None
+        self._batch_timer.reset()
         # A run resumed mid-epoch gets no `on_train_epoch_start` for that epoch.
         if self.setting is not None:
             self._apply(self._target(trainer, pl_module), self.setting)
@@ -139,7 +147,7 @@ class LDRSchedule(Callback, Generic[SettingT]):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._batch_start = self._clock()
+        self._batch_timer.start()
 
     @override
     def on_train_batch_end(
@@ -150,9 +158,8 @@ class LDRSchedule(Callback, Generic[SettingT]):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if self._batch_start is not None:
-            self._epoch_time += self._clock() - self._batch_start
-            self._batch_start = None
+        if self._batch_timer.running:
+            self._epoch_time += self._batch_timer.stop()
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

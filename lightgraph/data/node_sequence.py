@@ -12,22 +12,17 @@ former names (``from lightgraph.data.node_sequence import TokenBatch, build_sequ
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import fields, replace
 from typing import Any, Literal
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from lightgraph.data.cached_data_module import CachedDataModule, CacheReader, CacheWriter
 from lightgraph.data.graph_dataset import MASK_NAMES, GraphDataset, validate_graph
 from lightgraph.data.sequences import build_sequence, metis_order, split_sequences
 from lightgraph.data.synthetic_graph import SyntheticGraph
@@ -65,7 +60,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REORDERS = ("metis", "none")
-_CACHE_FORMAT = 1
+# 2: the CachedDataModule layout (a manifest of the files in meta.json).
+_CACHE_FORMAT = 2
 _CLUSTERS_PER_SEQUENCE = 8  # the thesis's k = 8 clusters per sequence (RTX 3090, d = 64)
 
 
@@ -82,7 +78,7 @@ class _Sequences:
         return len(self.items)
 
 
-class NodeSequenceDataModule(pl.LightningDataModule):
+class NodeSequenceDataModule(CachedDataModule):
     """Node-level token sequences of one large graph for graph transformers (TorchGT).
 
     ``prepare_data`` (one process per machine) loads the graph, reorders its nodes so
@@ -105,6 +101,11 @@ class NodeSequenceDataModule(pl.LightningDataModule):
     every rank (training uses the train mask; validation and test evaluate the same
     sequences with their masks). The loaders are plain iterables, so Lightning never
     re-shards them.
+
+    The cache (see :class:`~lightgraph.data.CachedDataModule`) is
+    ``<cache_dir>/<DatasetClass>-seq<sequence_length>-<digest>`` with ``seq<s>.pt`` per
+    sequence and a ``meta.json`` (token and pattern counts, build times and the manifest
+    of the files); its digest covers every argument but ``cache_dir``, ``pe_dim`` included.
 
     Laplacian positional encodings (``lap_pe``, ``pe_dim`` columns) are added when
     ``pe_dim > 0``; a model that reads them (e.g. ``GT``) needs the
@@ -143,7 +144,7 @@ class NodeSequenceDataModule(pl.LightningDataModule):
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(cache_dir)
         owner = "NodeSequenceDataModule"
         dataset = SyntheticGraph() if dataset is None else dataset
         check_type(owner, "dataset", dataset, GraphDataset, "e.g. SyntheticGraph, RealDataset")
@@ -171,7 +172,6 @@ class NodeSequenceDataModule(pl.LightningDataModule):
         self.max_distance = max_distance
         self.dense_limit = dense_limit
         self.pe_dim = pe_dim
-        self.cache_dir = cache_dir
         self.seed = seed
         self.token_shard = TokenShard()
         self.sequences: list[TokenBatch] | None = None
@@ -200,15 +200,15 @@ class NodeSequenceDataModule(pl.LightningDataModule):
         """Learned bias buckets a model needs (``max_distance + 4``)."""
         return num_buckets(self.max_distance)
 
-    # ------------------------------------------------------------------------- building
-    def cache_path(self, pe_dim: int | None = None) -> str:
-        """Directory holding the cached sequences of this configuration.
+    # --------------------------------------------------------------- CachedDataModule
+    def fingerprint(self, pe_dim: int | None = None) -> dict[str, Any]:
+        """The cache key: every argument but ``cache_dir``, and the format version.
 
         Args:
             pe_dim: PE columns of the cached sequences (default :attr:`pe_dim`).
         """
         pe_dim = self.pe_dim if pe_dim is None else pe_dim
-        key = {
+        return {
             "format": _CACHE_FORMAT,
             "dataset": self.dataset.fingerprint(),
             "sequence_length": self.sequence_length,
@@ -221,9 +221,17 @@ class NodeSequenceDataModule(pl.LightningDataModule):
             "pe_dim": pe_dim,
             "seed": self.seed,
         }
-        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        name = f"{type(self.dataset).__name__}-seq{self.sequence_length}-{digest}"
-        return os.path.join(self.cache_dir, name)
+
+    def cache_name(self) -> str:
+        return f"{type(self.dataset).__name__}-seq{self.sequence_length}"
+
+    def cache_path(self, pe_dim: int | None = None) -> str:
+        """Directory holding the cached sequences of this configuration.
+
+        Args:
+            pe_dim: PE columns of the cached sequences (default :attr:`pe_dim`).
+        """
+        return self.cache_path_for(self.fingerprint(pe_dim), self.cache_name())
 
     def build_sequences(self, pe_dim: int | None = None) -> list[TokenBatch]:
         """Load, reorder and cut the graph; every full sequence (no caching, no sharding).
@@ -272,19 +280,12 @@ class NodeSequenceDataModule(pl.LightningDataModule):
         self.build_seconds = seconds
         return items
 
-    # ------------------------------------------------------------------ Lightning hooks
-    def prepare_data(self) -> None:
-        """Build and cache the sequences once per machine (skipped when cached)."""
-        pe_dim = self.pe_dim
-        path = self.cache_path(pe_dim)
-        if os.path.exists(os.path.join(path, "meta.json")):
-            return
+    def build(self, writer: CacheWriter) -> dict[str, Any]:
+        """Every sequence as ``seq<s>.pt``; token counts and build times as metadata."""
         start = time.perf_counter()
-        items = self.build_sequences(pe_dim)
-        os.makedirs(self.cache_dir, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=self.cache_dir, prefix=".tmp-")
+        items = self.build_sequences(self.pe_dim)
         for item in items:
-            torch.save(_to_state(item), os.path.join(tmp, f"seq{item.index:05d}.pt"))
+            writer.save(f"seq{item.index:05d}.pt", _to_state(item))
         meta = {
             "dataset": self.dataset.fingerprint(),
             "num_sequences": len(items),
@@ -293,36 +294,33 @@ class NodeSequenceDataModule(pl.LightningDataModule):
             "seconds": {k: round(v, 3) for k, v in self.build_seconds.items()},
             "total_seconds": round(time.perf_counter() - start, 3),
         }
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=2)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process finished first: keep its copy
-            shutil.rmtree(tmp, ignore_errors=True)
         log.info(
             "Built %d sequences of %s in %.2f s: %s",
             len(items),
             type(self.dataset).__name__,
             meta["total_seconds"],
-            path,
+            writer.target,
         )
+        return meta
 
-    def setup(self, stage: str | None = None) -> None:
-        """Load the cached sequences, keeping the tokens of :attr:`token_shard`."""
-        if self.sequences is not None:
-            return
-        path = self.cache_path()
-        if not os.path.exists(os.path.join(path, "meta.json")):
-            self.prepare_data()
-        with open(os.path.join(path, "meta.json")) as f:
-            meta = json.load(f)
+    def rank_and_world_size(self) -> tuple[int, int]:
+        """The rank and size of :attr:`token_shard` (set by ``GraphParallelStrategy``).
+
+        Not the Trainer's: data-parallel ranks each load every token; only graph-parallel
+        ranks split the tokens of a sequence. The default ``TokenShard()`` gives ``(0, 1)``,
+        what the base gives without a Trainer.
+        """
         shard = self.token_shard
         if not isinstance(shard, TokenShard):
             raise TypeError(
                 f"NodeSequenceDataModule: expected `token_shard` to be a TokenShard but got "
                 f"{type(shard).__name__}."
             )
-        world_size, rank = shard.world_size, shard.rank
+        return shard.rank, shard.world_size
+
+    def load(self, cache: CacheReader, rank: int, world_size: int) -> None:
+        """Load every cached sequence, keeping the tokens of shard ``rank`` of ``world_size``."""
+        meta = cache.meta
         too_short = [s for s in meta["tokens"] if s < world_size]
         if too_short:
             raise ValueError(
@@ -330,29 +328,19 @@ class NodeSequenceDataModule(pl.LightningDataModule):
                 f"over {world_size} graph-parallel ranks; choose a `sequence_length` that leaves "
                 f"a longer last sequence (the graph has {sum(meta['tokens'])} tokens)."
             )
-        self.sequences = [
-            _from_state(os.path.join(path, f"seq{s:05d}.pt"), world_size, rank)
-            for s in range(meta["num_sequences"])
-        ]
+        sequences = []
+        for s in range(meta["num_sequences"]):
+            with cache.reading(f"seq{s:05d}.pt") as path:
+                sequences.append(_from_state(path, world_size, rank))
+        self.sequences = sequences
 
-    def _loader(self) -> _Sequences:
-        if self.sequences is None:
-            raise RuntimeError(
-                "NodeSequenceDataModule: call `setup()` before requesting dataloaders."
-            )
+    def is_loaded(self) -> bool:
+        return self.sequences is not None
+
+    def loader(self, split: str) -> _Sequences:
+        """Every sequence once per epoch, for every split (the masks tell them apart)."""
+        assert self.sequences is not None
         return _Sequences(self.sequences)
-
-    def train_dataloader(self) -> _Sequences:
-        return self._loader()
-
-    def val_dataloader(self) -> _Sequences:
-        return self._loader()
-
-    def test_dataloader(self) -> _Sequences:
-        return self._loader()
-
-    def predict_dataloader(self) -> _Sequences:
-        return self._loader()
 
 
 def _to_state(item: TokenBatch) -> dict[str, Any]:

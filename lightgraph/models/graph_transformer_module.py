@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -19,6 +18,7 @@ from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.sequence_parallel import SequenceParallel
 from lightgraph.nn.attention import MultiheadGraphAttention
 from lightgraph.nn.norm import SequenceBatchNorm
+from lightgraph.utilities.timing import Stopwatch
 
 TASKS = ("node", "graph")
 
@@ -112,7 +112,7 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
         self.metric_name = "acc" if num_classes is not None else "mae"
         self.val_metric = self._make_metric()
         self.test_metric = self._make_metric()
-        self._step_start = 0.0
+        self._step_timer = Stopwatch()
 
     def _make_metric(self) -> Metric:
         if self.num_classes is not None:
@@ -180,7 +180,11 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
         return out if self.num_classes is not None else out.reshape(target.shape)
 
     def _mask(self, batch: TokenBatch, mask_name: str) -> Tensor:
-        masks = {"train_mask": batch.train_mask, "val_mask": batch.val_mask, "test_mask": batch.test_mask}
+        masks = {
+            "train_mask": batch.train_mask,
+            "val_mask": batch.val_mask,
+            "test_mask": batch.test_mask,
+        }
         return masks[mask_name]
 
     def _node_loss(self, out: Tensor, batch: TokenBatch, mask_name: str) -> Tensor:
@@ -199,7 +203,7 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
         # Dual attention's dense interleave follows the optimiser step, also after resuming.
         for attention in self.attention_layers:
             attention.step = self.global_step
-        self._step_start = time.perf_counter()
+        self._step_timer.start()
 
     def training_step(self, batch: TokenBatch, batch_idx: int) -> Tensor:
         out = self.model(batch, "train")
@@ -228,7 +232,7 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.log(
             "train_step_time",
-            time.perf_counter() - self._step_start,
+            self._step_timer.stop(),
             reduce_fx="max",
             sync_dist=True,
             on_step=False,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import lightning.pytorch as pl
@@ -16,6 +15,7 @@ from lightgraph.data.partition_plan import PartitionPlan
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 from lightgraph.utilities.checks import check_non_negative, check_positive
+from lightgraph.utilities.timing import Stopwatch
 
 
 class NodeClassifier(ParallelContextHolder, pl.LightningModule):
@@ -65,7 +65,7 @@ class NodeClassifier(ParallelContextHolder, pl.LightningModule):
         self.metric_name = "f1" if multilabel else "acc"
         self.val_metric = self._make_metric(num_classes)
         self.test_metric = self._make_metric(num_classes)
-        self._step_start = 0.0
+        self._step_timer = Stopwatch()
 
     def _make_metric(self, num_classes: int) -> Metric:
         if self.multilabel:
@@ -105,7 +105,7 @@ class NodeClassifier(ParallelContextHolder, pl.LightningModule):
             exchanger.start_epoch(self.current_epoch)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        self._step_start = time.perf_counter()
+        self._step_timer.start()
 
     def training_step(self, batch: PartitionPlan, batch_idx: int) -> Tensor:
         logits = self(batch, "train")
@@ -127,7 +127,7 @@ class NodeClassifier(ParallelContextHolder, pl.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.log(
             "train_step_time",
-            time.perf_counter() - self._step_start,
+            self._step_timer.stop(),
             reduce_fx="max",
             sync_dist=True,
             on_step=False,

@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 import torch.distributed as dist
 
 #: The smallest θ (seconds per bit, i.e. 1 Pbit/s) a fit may return: θ must stay > 0.

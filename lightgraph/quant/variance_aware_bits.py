@@ -17,7 +17,6 @@ from lightgraph.data.partition_plan import PartitionPlan
 from lightgraph.functional.halo_plan import HaloPlan
 from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
-from lightgraph.utilities.checks import BITS, check_bits
 from lightgraph.quant.cost_model import DEFAULT_PROFILE_SIZES, CommCostModel, ring_schedule
 from lightgraph.quant.milp_assignment import (
     METHODS,
@@ -26,6 +25,7 @@ from lightgraph.quant.milp_assignment import (
     group_messages,
     solve_bit_assignment,
 )
+from lightgraph.utilities.checks import BITS, check_bits
 
 #: How a layer weighs a received halo row in its aggregation (see :func:`aggregation_coefficients`).
 AGGREGATIONS: tuple[str, ...] = ("gcn", "mean", "sum")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch.distributed as dist
 from typing_extensions import override
 
-from lightgraph.data.token_batch import TokenShard
 from lightgraph.data.node_sequence import NodeSequenceDataModule
+from lightgraph.data.token_batch import TokenShard
 from lightgraph.distributed.context import ParallelContext
 from lightgraph.distributed.sequence_parallel import SequenceParallel
 from lightgraph.strategies.exchange_group import ExchangeGroupStrategy

@@ -82,7 +82,9 @@ def check_probability(owner: str, name: str, value: Any, optional: bool = False)
 def check_bool(owner: str, name: str, value: Any) -> bool:
     """``True`` or ``False`` (not a truthy value)."""
     if not isinstance(value, bool):
-        raise ValueError(f"{owner}: expected `{name}` to be one of (True, False) but got {value!r}.")
+        raise ValueError(
+            f"{owner}: expected `{name}` to be one of (True, False) but got {value!r}."
+        )
     return value
 
 
@@ -126,7 +128,9 @@ def _public_name(cls: type) -> str:
     return cls.__name__
 
 
-def check_type(owner: str, name: str, value: Any, expected: type | tuple[type, ...], hint: str = "") -> Any:
+def check_type(
+    owner: str, name: str, value: Any, expected: type | tuple[type, ...], hint: str = ""
+) -> Any:
     """An instance of ``expected``; ``hint`` names examples of what to pass."""
     if not isinstance(value, expected):
         names = " or ".join(
@@ -146,16 +150,33 @@ def check_fraction(owner: str, name: str, value: Any) -> float:
     return float(value)
 
 
-def check_divides(owner: str, name: str, value: Any, total: int, total_name: str) -> int:
-    """A positive integer that divides ``total`` (e.g. attention heads of a hidden size)."""
+def check_divisible(owner: str, name: str, value: Any, divisor_name: str, divisor: Any) -> int:
+    """A positive integer ``value`` that the positive integer ``divisor`` divides.
+
+    E.g. a hidden size split evenly over attention heads:
+    ``check_divisible("GAT", "hidden_channels", 10, "heads", 4)`` raises
+    ``"GAT: expected `hidden_channels` (10) to be divisible by `heads` (4); pick `heads` in
+    (1, 2, 5, 10)."``
+    """
     check_int(owner, name, value)
-    if total % value:
-        divisors = tuple(d for d in range(1, total + 1) if total % d == 0)
+    check_int(owner, divisor_name, divisor)
+    if value % divisor:
+        divisors = tuple(d for d in range(1, value + 1) if value % d == 0)
         raise ValueError(
-            f"{owner}: expected `{name}` to divide the {total_name} ({total}) but got "
-            f"{name}={value}; pick {name} in {divisors}."
+            f"{owner}: expected `{name}` ({value}) to be divisible by `{divisor_name}` "
+            f"({divisor}); pick `{divisor_name}` in {divisors}."
         )
     return int(value)
+
+
+def check_callable(owner: str, name: str, value: Any, hint: str = "") -> Any:
+    """A callable (an activation function, a factory); ``hint`` names examples."""
+    if not callable(value):
+        extra = f" ({hint})" if hint else ""
+        raise TypeError(
+            f"{owner}: expected `{name}` to be a callable{extra} but got {type(value).__name__}."
+        )
+    return value
 
 
 # ------------------------------------------------------------------------ tensor arguments
@@ -205,31 +226,6 @@ def check_qkv(owner: str, q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, in
     return q.shape[0], q.shape[1], q.shape[2]
 
 
-def check_edge_index(owner: str, edge_index: Tensor, num_tokens: int) -> Tensor:
-    """A ``[2, E]`` long pattern whose token ids lie in ``[0, num_tokens)``."""
-    import torch
-
-    if (
-        not isinstance(edge_index, torch.Tensor)
-        or edge_index.dim() != 2
-        or edge_index.shape[0] != 2
-    ):
-        shape = tuple(edge_index.shape) if isinstance(edge_index, torch.Tensor) else edge_index
-        raise ValueError(f"{owner}: expected `edge_index` of shape [2, E] but got {shape!r}.")
-    if edge_index.dtype != torch.long:
-        raise ValueError(
-            f"{owner}: expected `edge_index` of dtype torch.long but got {edge_index.dtype}."
-        )
-    if edge_index.numel():
-        lo, hi = int(edge_index.min()), int(edge_index.max())
-        if lo < 0 or hi >= num_tokens:
-            raise ValueError(
-                f"{owner}: expected token ids in `edge_index` in [0, {num_tokens}) but found ids in "
-                f"[{lo}, {hi}]."
-            )
-    return edge_index
-
-
 def check_bias_table(owner: str, bias_table: Tensor, num_heads: int, q: Tensor) -> Tensor:
     """A ``[num_buckets, num_heads]`` bias table with the dtype and device of ``q``."""
     import torch
@@ -251,43 +247,36 @@ def check_bias_table(owner: str, bias_table: Tensor, num_heads: int, q: Tensor) 
     return bias_table
 
 
-def check_divisible(owner: str, name: str, value: Any, divisor_name: str, divisor: Any) -> int:
-    """A positive integer ``value`` that the positive integer ``divisor`` divides.
+def check_graph_edge_index(
+    owner: str,
+    name: str,
+    value: Any,
+    num_nodes: int,
+    *,
+    unit: str = "node",
+    require_long: bool = False,
+) -> Tensor:
+    """A ``[2, num_edges]`` integer tensor of ids in ``[0, num_nodes)`` (a graph's or an
+    attention pattern's ``edge_index``); returned as ``torch.long``.
 
-    E.g. a hidden size split evenly over attention heads:
-    ``check_divisible("GAT", "hidden_channels", 10, "heads", 4)`` raises
-    ``"GAT: expected `hidden_channels` (10) to be divisible by `heads` (4); pick `heads` in
-    (1, 2, 5, 10)."``
+    Args:
+        unit: what the ids count, for the message: ``"node"`` (a graph) or ``"token"``
+            (an attention pattern over ``num_tokens`` tokens).
+        require_long: reject other integer dtypes instead of converting them (kernels that
+            must not copy the pattern on every call).
+
+    Raises:
+        TypeError: if ``value`` is not a tensor.
+        ValueError: for another shape, a non-integer dtype (any dtype but ``torch.long``
+            with ``require_long``) or ids outside ``[0, num_nodes)``.
     """
-    check_int(owner, name, value)
-    check_int(owner, divisor_name, divisor)
-    if value % divisor:
-        divisors = tuple(d for d in range(1, value + 1) if value % d == 0)
-        raise ValueError(
-            f"{owner}: expected `{name}` ({value}) to be divisible by `{divisor_name}` "
-            f"({divisor}); pick `{divisor_name}` in {divisors}."
-        )
-    return int(value)
-
-
-def check_callable(owner: str, name: str, value: Any, hint: str = "") -> Any:
-    """A callable (an activation function, a factory); ``hint`` names examples."""
-    if not callable(value):
-        extra = f" ({hint})" if hint else ""
-        raise TypeError(
-            f"{owner}: expected `{name}` to be a callable{extra} but got {type(value).__name__}."
-        )
-    return value
-
-
-def check_graph_edge_index(owner: str, name: str, value: Any, num_nodes: int) -> Tensor:
-    """An integer ``[2, num_edges]`` tensor of node ids in ``[0, num_nodes)`` (a graph's
-    ``edge_index``); returned as ``torch.long``."""
     import torch
 
+    kind = "a" if require_long else "an integer"
+    dtype = " and dtype torch.long" if require_long else ""
     if not isinstance(value, torch.Tensor):
         raise TypeError(
-            f"{owner}: expected `{name}` to be an integer torch.Tensor of shape [2, num_edges] "
+            f"{owner}: expected `{name}` to be {kind} torch.Tensor of shape [2, num_edges]{dtype} "
             f"but got {type(value).__name__}."
         )
     if (
@@ -296,16 +285,37 @@ def check_graph_edge_index(owner: str, name: str, value: Any, num_nodes: int) ->
         or value.dtype == torch.bool
         or value.is_floating_point()
         or value.is_complex()
+        or (require_long and value.dtype != torch.long)
     ):
         raise ValueError(
-            f"{owner}: expected `{name}` to be an integer tensor of shape [2, num_edges] but got "
-            f"shape {tuple(value.shape)} and dtype {value.dtype}."
+            f"{owner}: expected `{name}` to be {kind} tensor of shape [2, num_edges]{dtype} but "
+            f"got shape {tuple(value.shape)} and dtype {value.dtype}."
         )
     if value.numel():
         lo, hi = int(value.min()), int(value.max())
         if lo < 0 or hi >= num_nodes:
             raise ValueError(
-                f"{owner}: expected node ids in `{name}` to lie in [0, {num_nodes - 1}] "
-                f"(num_nodes = {num_nodes}) but found values in [{lo}, {hi}]."
+                f"{owner}: expected {unit} ids in `{name}` to lie in [0, {num_nodes - 1}] "
+                f"(num_{unit}s = {num_nodes}) but found values in [{lo}, {hi}]."
             )
     return value.long()
+
+
+def check_fanouts(owner: str, fanouts: Any, name: str = "fanouts") -> list[int]:
+    """A non-empty list of fanouts (one per hop), each a positive integer or ``-1`` (all neighbours)."""
+    from numbers import Integral
+
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence) or not fanouts:
+        raise ValueError(
+            f"{owner}: expected `{name}` to be a non-empty list of positive integers or -1 "
+            f"(one per hop) but got {fanouts!r}."
+        )
+    out = []
+    for i, k in enumerate(fanouts):
+        if isinstance(k, bool) or not isinstance(k, Integral) or (k < 1 and k != -1):
+            raise ValueError(
+                f"{owner}: expected `{name}[{i}]` to be a positive integer or -1 (all "
+                f"neighbours) but got {k!r}."
+            )
+        out.append(int(k))
+    return out

@@ -6,12 +6,15 @@ tests/functional/test_graph_encoding.py.
 
 from __future__ import annotations
 
+import logging
+import os
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 import lightgraph.data.node_sequence as node_sequence
+from lightgraph.data.cached_data_module import META_FILE, CorruptCacheError, check_cache
 from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.synthetic_graph import SyntheticGraph
 from lightgraph.data.token_batch import TokenShard
@@ -208,3 +211,84 @@ def test_sequences_too_short_for_the_ranks(tmp_path) -> None:
     dm.token_shard = (4, 0)  # type: ignore[assignment]
     with pytest.raises(TypeError, match="`token_shard` to be a TokenShard"):
         dm.setup()
+
+
+# ----------------------------------------------------------------------------- the cache
+def _small(cache_dir: str, **kwargs) -> NodeSequenceDataModule:
+    return NodeSequenceDataModule(_dataset(), sequence_length=LENGTH, cache_dir=cache_dir, **kwargs)
+
+
+def _truncate(path: str) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def test_cache_layout(full) -> None:
+    path = full.cache_path()
+    assert os.path.basename(path).startswith(f"SyntheticGraph-seq{LENGTH}-")
+    assert sorted(os.listdir(path)) == [META_FILE, "seq00000.pt", "seq00001.pt", "seq00002.pt"]
+    assert check_cache(path, deep=True) is None and full.verify_cache() is None
+
+
+def test_truncated_cache_file_setup_names_it(tmp_path) -> None:
+    built = _small(str(tmp_path))
+    built.prepare_data()
+    path = built.cache_path()
+    bad = os.path.join(path, "seq00001.pt")
+    _truncate(bad)
+    dm = _small(str(tmp_path))
+    with pytest.raises(CorruptCacheError) as info:
+        dm.setup()
+    msg = str(info.value)
+    assert msg.startswith("NodeSequenceDataModule: the cache file ") and bad in msg
+    assert "truncated or overwritten" in msg and f"Delete {path} (or just seq00001.pt)" in msg
+    assert info.value.path == bad and info.value.directory == path
+    assert dm.sequences is None and dm.build_seconds == {}  # setup never rebuilds
+    with pytest.raises(RuntimeError, match="call `setup\\(\\)` before requesting dataloaders"):
+        dm.train_dataloader()
+
+
+def test_garbage_cache_file_setup_names_it(tmp_path) -> None:
+    built = _small(str(tmp_path))
+    built.prepare_data()
+    bad = os.path.join(built.cache_path(), "seq00000.pt")
+    size = os.path.getsize(bad)
+    with open(bad, "wb") as f:
+        f.write(b"\x00" * size)  # the size check passes; the loader fails
+    with pytest.raises(CorruptCacheError, match="seq00000.pt is unreadable") as info:
+        _small(str(tmp_path)).setup()
+    assert info.value.path == bad and info.value.__cause__ is not None
+
+
+def test_prepare_data_rebuilds_a_damaged_cache(tmp_path, caplog) -> None:
+    built = _small(str(tmp_path), pe_dim=2)
+    built.setup()
+    path = built.cache_path()
+    bad = os.path.join(path, "seq00002.pt")
+    _truncate(bad)
+    assert check_cache(path) is not None
+    dm = _small(str(tmp_path), pe_dim=2)
+    with caplog.at_level(logging.WARNING, logger="lightgraph.data.cached_data_module"):
+        dm.prepare_data()
+    assert bad in caplog.text and "rebuilding" in caplog.text
+    assert set(dm.build_seconds) == {"load", "reorder", "sequences"}
+    assert check_cache(path, deep=True) is None
+    dm.setup()
+    for a, b in zip(dm.train_dataloader(), built.train_dataloader(), strict=True):
+        assert torch.equal(a.x, b.x) and torch.equal(a.lap_pe, b.lap_pe)
+        assert torch.equal(a.graph.edge_index, b.graph.edge_index)
+
+
+def test_another_pe_dim_uses_another_cache_directory(tmp_path) -> None:
+    none, two = _small(str(tmp_path)), _small(str(tmp_path), pe_dim=2)
+    assert none.fingerprint()["pe_dim"] == 0 and two.fingerprint()["pe_dim"] == 2
+    assert "format" in two.fingerprint()
+    assert none.cache_path() != two.cache_path() == none.cache_path(2)
+    none.setup()
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(none.cache_path())]
+    two.setup()  # builds its own cache: the one without PE columns is not picked up
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        os.path.basename(dm.cache_path()) for dm in (none, two)
+    )
+    assert all(item.lap_pe is None for item in none.sequences)
+    assert all(item.lap_pe.shape == (item.num_tokens, 2) for item in two.sequences)

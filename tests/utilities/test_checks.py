@@ -19,9 +19,7 @@ from lightgraph.utilities.checks import (
     check_bool,
     check_callable,
     check_choice,
-    check_divides,
     check_divisible,
-    check_edge_index,
     check_fraction,
     check_graph_edge_index,
     check_int,
@@ -230,33 +228,6 @@ def test_check_non_empty_str() -> None:
         )
 
 
-def test_check_divides() -> None:
-    assert check_divides(OWNER, "heads", 4, 8, "hidden size") == 4
-    msg = rejects(
-        ValueError,
-        check_divides,
-        "heads",
-        3,
-        8,
-        "hidden size",
-        name="heads",
-        allowed=re.escape("(1, 2, 4, 8)"),
-        got="heads=3",
-    )
-    assert "hidden size (8)" in msg
-    rejects(
-        ValueError,
-        check_divides,
-        "heads",
-        0,
-        8,
-        "hidden size",
-        name="heads",
-        allowed=POSITIVE_INT,
-        got="0",
-    )
-
-
 def test_check_divisible() -> None:
     assert check_divisible(OWNER, "hidden_channels", 10, "heads", 5) == 10
     msg = rejects(
@@ -293,6 +264,44 @@ def test_check_divisible() -> None:
         allowed=POSITIVE_INT,
         got="-10",
     )
+    # Attention heads of a hidden size: every divisor is accepted, the message lists them.
+    for heads in (1, 2, 4, 8):
+        assert check_divisible(OWNER, "channels", 8, "heads", heads) == 8
+    msg = rejects(
+        ValueError,
+        check_divisible,
+        "channels",
+        8,
+        "heads",
+        3,
+        name="heads",
+        allowed=re.escape("pick `heads` in (1, 2, 4, 8)"),
+        got="`heads` (3)",
+    )
+    assert "`channels` (8)" in msg
+    rejects(
+        ValueError,
+        check_divisible,
+        "channels",
+        8,
+        "heads",
+        16,
+        name="heads",
+        allowed=re.escape("(1, 2, 4, 8)"),
+        got="`heads` (16)",
+    )
+    for bad in (True, 2.0):
+        rejects(
+            ValueError,
+            check_divisible,
+            "channels",
+            8,
+            "heads",
+            bad,
+            name="heads",
+            allowed=POSITIVE_INT,
+            got=repr(bad),
+        )
 
 
 # ------------------------------------------------------------------------------- types
@@ -386,51 +395,6 @@ def test_check_qkv() -> None:
     rejects(ValueError, check_qkv, q, meta, k, name="k", allowed="on one device", got="meta")
 
 
-def test_check_edge_index() -> None:
-    ei = torch.tensor([[0, 1, 2], [2, 0, 1]])
-    assert check_edge_index(OWNER, ei, 3) is ei
-    assert check_edge_index(OWNER, torch.empty(2, 0, dtype=torch.long), 0).numel() == 0
-    rejects(
-        ValueError, check_edge_index, ei[0], 3, name="edge_index", allowed=r"\[2, E\]", got="(3,)"
-    )
-    rejects(
-        ValueError,
-        check_edge_index,
-        [[0], [1]],
-        3,
-        name="edge_index",
-        allowed=r"\[2, E\]",
-        got="[[0], [1]]",
-    )
-    rejects(
-        ValueError,
-        check_edge_index,
-        ei.int(),
-        3,
-        name="edge_index",
-        allowed="torch.long",
-        got="torch.int32",
-    )
-    rejects(
-        ValueError,
-        check_edge_index,
-        ei,
-        2,
-        name="edge_index",
-        allowed=re.escape("in [0, 2)"),
-        got="[0, 2]",
-    )
-    rejects(
-        ValueError,
-        check_edge_index,
-        ei - 1,
-        3,
-        name="edge_index",
-        allowed=re.escape("in [0, 3)"),
-        got="[-1, 1]",
-    )
-
-
 def test_check_graph_edge_index() -> None:
     ei = torch.tensor([[0, 1, 2], [2, 0, 1]])
     assert torch.equal(check_graph_edge_index(OWNER, "edge_index", ei, 3), ei)
@@ -490,6 +454,52 @@ def test_check_graph_edge_index() -> None:
             allowed=re.escape("to lie in [0, 2] (num_nodes = 3)"),
             got=f"found values in {found}",
         )
+
+
+def test_check_graph_edge_index_of_a_token_pattern() -> None:
+    # Attention kernels: only torch.long passes (no copy), the ids are token ids.
+    ei = torch.tensor([[0, 1, 2], [2, 0, 1]])
+    assert check_graph_edge_index(OWNER, "edge_index", ei, 3, require_long=True) is ei
+    empty = torch.empty(2, 0, dtype=torch.long)
+    assert check_graph_edge_index(OWNER, "edge_index", empty, 0, unit="token").numel() == 0
+    strict = r"a (torch\.Tensor|tensor) of shape \[2, num_edges\] and dtype torch\.long"
+    for bad, got in ((ei.int(), "dtype torch.int32"), (ei[0], "shape (3,)")):
+        rejects(
+            ValueError,
+            check_graph_edge_index,
+            "edge_index",
+            bad,
+            3,
+            require_long=True,
+            name="edge_index",
+            allowed=strict,
+            got=got,
+        )
+    rejects(
+        TypeError,
+        check_graph_edge_index,
+        "edge_index",
+        [[0], [1]],
+        3,
+        require_long=True,
+        name="edge_index",
+        allowed=strict,
+        got="but got list",
+    )
+    for bad, found in ((ei, "[0, 2]"), (ei - 1, "[-1, 1]")):
+        msg = rejects(
+            ValueError,
+            check_graph_edge_index,
+            "edge_index",
+            bad,
+            2,
+            unit="token",
+            require_long=True,
+            name="edge_index",
+            allowed=re.escape("token ids in `edge_index` to lie in [0, 1] (num_tokens = 2)"),
+            got=f"found values in {found}",
+        )
+        assert "node" not in msg
 
 
 def test_check_bias_table() -> None:

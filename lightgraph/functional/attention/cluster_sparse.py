@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 
 from lightgraph.utilities.checks import (
     check_bias_table,
-    check_edge_index,
+    check_graph_edge_index,
     check_int,
     check_qkv,
     check_rate,
@@ -134,7 +134,9 @@ class ClusterSparseLayout:
         owner = "ClusterSparseLayout"
         if not isinstance(num_tokens, int) or num_tokens < 1:
             raise ValueError(f"{owner}: expected `num_tokens` >= 1 but got {num_tokens!r}.")
-        check_edge_index(owner, edge_index, num_tokens)
+        check_graph_edge_index(
+            owner, "edge_index", edge_index, num_tokens, unit="token", require_long=True
+        )
         if not isinstance(num_clusters, int) or not 1 <= num_clusters <= num_tokens:
             raise ValueError(
                 f"{owner}: expected `num_clusters` in [1, num_tokens={num_tokens}] but got "

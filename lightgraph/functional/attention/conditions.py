@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from lightgraph.utilities.checks import check_edge_index
+from lightgraph.utilities.checks import check_graph_edge_index
 
 if TYPE_CHECKING:
     from lightgraph.functional.attention.pattern import AttentionGraph
@@ -113,7 +113,9 @@ def check_conditions(edge_index: Tensor, num_tokens: int, num_layers: int) -> di
         raise ValueError(f"{owner}: expected `num_tokens` >= 1 but got {num_tokens!r}.")
     if not isinstance(num_layers, int) or num_layers < 1:
         raise ValueError(f"{owner}: expected `num_layers` >= 1 but got {num_layers!r}.")
-    check_edge_index(owner, edge_index, num_tokens)
+    check_graph_edge_index(
+        owner, "edge_index", edge_index, num_tokens, unit="token", require_long=True
+    )
     src, dst = edge_index
     has_loop = torch.zeros(num_tokens, dtype=torch.bool, device=src.device)
     has_loop[src[src == dst]] = True

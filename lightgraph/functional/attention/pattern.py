@@ -10,7 +10,7 @@ from torch import Tensor
 
 from lightgraph.functional.attention.cluster_sparse import ClusterSparseLayout
 from lightgraph.functional.attention.conditions import check_conditions
-from lightgraph.utilities.checks import check_edge_index, describe
+from lightgraph.utilities.checks import check_graph_edge_index, describe
 
 if TYPE_CHECKING:
     from lightgraph.functional.attention.sparse import _SparseStructure
@@ -71,7 +71,9 @@ class AttentionGraph:
         S = self.num_tokens
         if not isinstance(S, int) or S < 1:
             raise ValueError(f"{owner}: expected `num_tokens` >= 1 but got {S!r}.")
-        check_edge_index(owner, self.edge_index, S)
+        check_graph_edge_index(
+            owner, "edge_index", self.edge_index, S, unit="token", require_long=True
+        )
         E, device = self.edge_index.shape[1], self.edge_index.device
         if self.edge_bucket is not None:
             b = self.edge_bucket

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from lightgraph.functional.attention.pattern import sort_by_query
-from lightgraph.utilities.checks import check_edge_index, check_qkv, check_rate, describe
+from lightgraph.utilities.checks import check_graph_edge_index, check_qkv, check_rate, describe
 
 __all__ = ["sparse_attention"]
 
@@ -190,7 +190,7 @@ def sparse_attention(
     owner = "sparse_attention"
     S, H, _ = check_qkv(owner, q, k, v)
     dropout_p = check_rate(owner, "dropout_p", dropout_p)
-    check_edge_index(owner, edge_index, S)
+    check_graph_edge_index(owner, "edge_index", edge_index, S, unit="token", require_long=True)
     if edge_index.device != q.device:
         raise ValueError(
             f"{owner}: expected `edge_index` on {q.device} but got {edge_index.device}."

@@ -16,7 +16,7 @@ from lightgraph.functional.attention import (
 )
 from lightgraph.utilities.checks import (
     check_choice,
-    check_divides,
+    check_divisible,
     check_fraction,
     check_int,
     check_optional_int,
@@ -92,7 +92,7 @@ class MultiheadGraphAttention(nn.Module):
         super().__init__()
         owner = type(self).__name__
         check_int(owner, "channels", channels)
-        check_divides(owner, "heads", heads, channels, "hidden channels")
+        check_divisible(owner, "channels", channels, "heads", heads)
         check_int(owner, "dense_every", dense_every, 0)
         check_int(owner, "num_buckets", num_buckets)
         check_int(owner, "block_size", block_size)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from lightgraph.functional.attention import KINDS, AttentionGraph
 from lightgraph.nn.attention.multihead_graph_attention import MultiheadGraphAttention
-from lightgraph.utilities.checks import check_choice, check_divides, check_int
+from lightgraph.utilities.checks import check_choice, check_divisible, check_int
 
 if TYPE_CHECKING:
     from lightgraph.data.token_batch import TokenBatch
@@ -65,7 +65,7 @@ class _GraphTransformer(nn.Module):
         check_int(owner, "out_channels", out_channels)
         check_int(owner, "hidden_channels", hidden_channels)
         check_int(owner, "num_layers", num_layers)
-        check_divides(owner, "heads", heads, hidden_channels, "hidden channels")
+        check_divisible(owner, "hidden_channels", hidden_channels, "heads", heads)
         check_int(owner, "max_distance", max_distance, 2)
         check_choice(owner, "kind", kind, KINDS)
         check_choice(owner, "task", task, TASKS)

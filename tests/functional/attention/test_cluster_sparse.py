@@ -277,7 +277,10 @@ def test_layout_moves() -> None:
         ({"num_clusters": 0}, r"`num_clusters` in \[1, num_tokens=8\]"),
         ({"edge_bucket": torch.zeros(3, dtype=torch.long)}, "`edge_bucket` of shape"),
         ({"far_bucket": -1}, "`far_bucket` >= 0"),
-        ({"edge_index": torch.tensor([[0, 8], [0, 1]])}, r"ids in `edge_index` in \[0, 8\)"),
+        (
+            {"edge_index": torch.tensor([[0, 8], [0, 1]])},
+            r"token ids in `edge_index` to lie in \[0, 7\] \(num_tokens = 8\)",
+        ),
         ({"edge_index": torch.tensor([[0, 0], [1, 1]])}, "without duplicate pairs"),
     ],
 )

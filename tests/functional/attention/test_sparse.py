@@ -81,9 +81,18 @@ def test_sparse_gradcheck_with_dropout() -> None:
     "call,match",
     [
         (lambda q, k, v, ei: sparse_attention(q, k[:3], v, ei), "`q` and `k` of the same shape"),
-        (lambda q, k, v, ei: sparse_attention(q, k, v, ei + 3), r"ids in `edge_index` in \[0, 4\)"),
-        (lambda q, k, v, ei: sparse_attention(q, k, v, ei[0]), r"`edge_index` of shape \[2, E\]"),
-        (lambda q, k, v, ei: sparse_attention(q, k, v, ei.int()), "dtype torch.long"),
+        (
+            lambda q, k, v, ei: sparse_attention(q, k, v, ei + 3),
+            r"token ids in `edge_index` to lie in \[0, 3\] \(num_tokens = 4\)",
+        ),
+        (
+            lambda q, k, v, ei: sparse_attention(q, k, v, ei[0]),
+            r"`edge_index` to be a tensor of shape \[2, num_edges\] and dtype torch.long but got shape \(4,\)",
+        ),
+        (
+            lambda q, k, v, ei: sparse_attention(q, k, v, ei.int()),
+            "dtype torch.long but got .* dtype torch.int32",
+        ),
         (
             lambda q, k, v, ei: sparse_attention(q, k, v, ei, torch.ones(3, 2)),
             r"`bias` of shape \[E, H\]",

@@ -82,7 +82,10 @@ def test_bad_arguments() -> None:
         attn.kind = "linear"
     with pytest.raises(ValueError, match="expected all 25 tokens .* got 10"):
         MultiheadGraphAttention(8, 2)(torch.randn(10, 8), sequence().graph)
-    with pytest.raises(ValueError, match=r"`heads` to divide the hidden channels \(8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`channels` \(8\) to be divisible by `heads` \(3\); pick `heads` in \(1, 2, 4, 8\)",
+    ):
         MultiheadGraphAttention(8, 3)
     with pytest.raises(ValueError, match="`num_clusters` to be None or an integer >= 1"):
         MultiheadGraphAttention(8, 2, num_clusters=0)

@@ -48,7 +48,9 @@ def test_presets_follow_table_4_4() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match=r"`kind` to be one of \('dense', 'raw', 'sparse'"):
         Graphormer(F_IN, OUT, kind="flash")
-    with pytest.raises(ValueError, match=r"`heads` to divide the hidden channels \(64\)"):
+    with pytest.raises(
+        ValueError, match=r"`hidden_channels` \(64\) to be divisible by `heads` \(6\)"
+    ):
         Graphormer(F_IN, OUT, heads=6)
     with pytest.raises(ValueError, match="preset 'slim' sets `hidden_channels`=64"):
         Graphormer(F_IN, OUT, preset="slim", hidden_channels=32)
