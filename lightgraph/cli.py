@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import lightning.pytorch as pl
@@ -56,9 +57,29 @@ def build_cli(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:
     )
 
 
-def main() -> None:
+def prepare(args: list[str]) -> str:
+    """``lightgraph prepare --config RECIPE``: run the data module's ``prepare_data`` only.
+
+    Builds what training would build first -- a partition store, a partition cache --
+    without a Trainer run, e.g. once on a machine with more memory, and prints where it
+    is. Returns that directory (``""`` if the data module has no cache).
+    """
+    cli = build_cli(args=args, run=False)
+    module = cli.datamodule
+    module.prepare_data()
+    path_fn = getattr(module, "cache_path", None)
+    path = str(path_fn()) if callable(path_fn) else ""
+    print(f"{type(module).__name__}: prepared {path or '(no cache)'}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``lightgraph`` console script."""
-    build_cli()
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "prepare":
+        prepare(argv[1:])
+        return
+    build_cli(args=argv)
 
 
 if __name__ == "__main__":

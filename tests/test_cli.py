@@ -208,3 +208,48 @@ def test_slurm_style_launch(tmp_path) -> None:
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     assert "comm_bytes" in outs[0][0]
+
+
+def test_prepare_builds_the_store_without_training(tmp_path, capsys) -> None:
+    from lightgraph.cli import main
+
+    cache = tmp_path / "cache"
+    main(
+        [
+            "prepare",
+            "--config",
+            os.path.join(ROOT, "recipes", "hanoi.yaml"),
+            "--data.init_args.dataset.init_args.num_nodes=400",
+            "--data.init_args.num_parts=4",
+            "--data.init_args.parts_per_batch=2",
+            f"--data.init_args.cache_dir={cache}",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    (store,) = os.listdir(cache)
+    assert store.startswith("PartitionStore-")
+    assert os.path.isfile(cache / store / "meta.json")
+    assert f"prepared {cache / store}" in capsys.readouterr().out.replace(os.sep * 2, os.sep)
+    assert not os.path.exists(tmp_path / "lightning_logs")
+
+
+def test_hanoi_recipe_trains_with_gat(tmp_path) -> None:
+    cli = build_cli(
+        args=[
+            "--config",
+            os.path.join(ROOT, "recipes", "hanoi.yaml"),
+            "--model.init_args.model=torch_geometric.nn.models.GAT",
+            "--data.init_args.dataset.init_args.num_nodes=600",
+            "--data.init_args.num_parts=4",
+            "--data.init_args.parts_per_batch=2",
+            "--data.init_args.batch_size=100",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            "--trainer.max_epochs=1",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    assert type(cli.model.model).__name__ == "GAT"
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert cli.trainer.callback_metrics["val_acc"] > 0

@@ -107,7 +107,9 @@ class LDRSchedule(Callback, Generic[SettingT]):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
-            self._target(trainer, pl_module)  # fail before training if the strategy cannot be driven
+            self._target(
+                trainer, pl_module
+            )  # fail before training if the strategy cannot be driven
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -224,4 +226,3 @@ class LDRSchedule(Callback, Generic[SettingT]):
         pending = state_dict["pending"]
         self._pending = None if pending is None else dict(pending)
         self._epoch_time = float(state_dict.get("epoch_time", 0.0))
-

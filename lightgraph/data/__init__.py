@@ -5,18 +5,59 @@ from lightgraph.data.cached_data_module import (
     CacheReader,
     CacheWriter,
     CorruptCacheError,
+    build_cache,
 )
+from lightgraph.data.full_graph_batch import FullGraphBatch
+from lightgraph.data.gap import gap_partition
 from lightgraph.data.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
+from lightgraph.data.hubs import hub_scores, select_hubs
+from lightgraph.data.macro_batch import MacroBatchLoader
+from lightgraph.data.minibatch import NeighborSamplingLoader, sample_minibatch
+from lightgraph.data.neighbor_sampler import UniformNeighborSampler, neighbor_loader
 from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
+from lightgraph.data.partition_store import (
+    IOStats,
+    MacroBatch,
+    PartitionStore,
+    StaleStoreError,
+    build_partition_store,
+    write_partition_store,
+)
 from lightgraph.data.partitioned_data_module import PartitionedGraphDataModule
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
 from lightgraph.data.real_dataset import REAL_DATASETS, RealDataset
+from lightgraph.data.store_data_module import (
+    MacroBatchDataModule,
+    NeighborSamplingDataModule,
+    PartitionStoreDataModule,
+    build_store,
+)
 from lightgraph.data.synthetic_graph import SyntheticGraph, generate_synthetic_graph
 from lightgraph.data.token_batch import TokenBatch, TokenShard
 
 __all__ = [
+    "FullGraphBatch",
+    "IOStats",
+    "MacroBatch",
+    "MacroBatchDataModule",
+    "MacroBatchLoader",
+    "NeighborSamplingDataModule",
+    "NeighborSamplingLoader",
+    "PartitionStore",
+    "PartitionStoreDataModule",
+    "StaleStoreError",
+    "UniformNeighborSampler",
+    "build_cache",
+    "build_partition_store",
+    "build_store",
+    "gap_partition",
+    "hub_scores",
+    "neighbor_loader",
+    "sample_minibatch",
+    "select_hubs",
+    "write_partition_store",
     "CacheReader",
     "CacheWriter",
     "CachedDataModule",

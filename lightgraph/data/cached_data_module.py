@@ -54,7 +54,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar
 
@@ -278,12 +278,15 @@ def _hidden_sibling(path: str, tag: str) -> str:
     return os.path.join(parent, f".{base}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}{_TMP_SUFFIX}")
 
 
-def _publish(staging: str, path: str, deep: bool) -> bool:
+def _publish(
+    staging: str, path: str, deep: bool, replace: bool = False, owner: str = "CachedDataModule"
+) -> bool:
     """Move the finished ``staging`` directory onto ``path``; ``False`` if another won.
 
     ``os.replace`` of a directory succeeds only where ``path`` is absent (or empty), so
     concurrent builders publish one complete copy each or none. A damaged or
-    half-written cache at ``path`` is moved aside first and deleted.
+    half-written cache at ``path`` is moved aside first and deleted; so is a complete one
+    with ``replace`` (a cache the caller knows to be stale).
     """
     parent = os.path.dirname(os.path.abspath(path))
     for _ in range(8):
@@ -294,7 +297,7 @@ def _publish(staging: str, path: str, deep: bool) -> bool:
         else:
             _fsync_dir(parent)
             return True
-        if check_cache(path, deep=deep) is None:  # another builder finished first
+        if not replace and check_cache(path, deep=deep) is None:  # another builder won
             return False
         aside = _hidden_sibling(path, "old")
         try:
@@ -303,7 +306,7 @@ def _publish(staging: str, path: str, deep: bool) -> bool:
             continue
         shutil.rmtree(aside, ignore_errors=True)
     raise RuntimeError(
-        f"CachedDataModule: could not move the built cache {staging} onto {path}: another "
+        f"{owner}: could not move the built cache {staging} onto {path}: another "
         f"process keeps replacing it. Delete {path} and re-run."
     )
 
@@ -408,15 +411,24 @@ class CacheReader:
     missing or truncated file, garbage bytes -- becomes a :class:`CorruptCacheError` that
     names the file and the fix.
 
+    Args:
+        directory: the cache directory.
+        owner: the component named in error messages.
+        fix: the sentence telling how to repair a damaged cache (default: delete it and
+            re-run ``<owner>.prepare_data()``); for caches built outside a data module.
+
     Attributes:
         directory: the cache directory.
         meta: the metadata ``build`` returned (without the manifest).
         files: the manifest, ``{name: {"bytes": ..., "sha1": ...}}``.
     """
 
-    def __init__(self, directory: str, owner: str = "CachedDataModule") -> None:
+    def __init__(
+        self, directory: str, owner: str = "CachedDataModule", fix: str | None = None
+    ) -> None:
         self.directory = directory
         self.owner = owner
+        self.fix = fix
         meta, problem = read_manifest(directory)
         if problem is not None:
             raise self._error(problem.path, problem.reason)
@@ -425,9 +437,9 @@ class CacheReader:
         self.meta: dict[str, Any] = meta
 
     def _error(self, path: str, reason: str) -> CorruptCacheError:
+        fix = self.fix if self.fix is not None else _fix(self.owner, path, self.directory)
         return CorruptCacheError(
-            f"{self.owner}: the cache file {path} is {reason}. "
-            f"{_fix(self.owner, path, self.directory)}",
+            f"{self.owner}: the cache file {path} is {reason}. {fix}",
             path,
             self.directory,
         )
@@ -467,6 +479,58 @@ class CacheReader:
     def load_json(self, name: str) -> Any:
         with self.reading(name) as path, open(path) as f:
             return json.load(f)
+
+
+def build_cache(
+    path: str | os.PathLike,
+    build: Callable[[CacheWriter], Mapping[str, Any] | None],
+    *,
+    owner: str = "CachedDataModule",
+    deep: bool = False,
+    replace: bool = False,
+) -> bool:
+    """Build the cache directory ``path`` with ``build`` and publish it atomically.
+
+    The one code path of every cache build (:meth:`CachedDataModule.prepare_data` uses
+    it; so do stores built outside a data module): ``build`` receives a
+    :class:`CacheWriter` on a private staging directory next to ``path``; its return
+    value plus the manifest is written to :data:`META_FILE` last; the staging directory
+    is then moved onto ``path`` whole. If ``build`` raises, nothing is published and the
+    staging directory is removed.
+
+    Args:
+        path: the cache directory to create.
+        build: writes every file through the writer; returns JSON-serialisable metadata.
+        owner: the component named in messages.
+        deep: compare SHA-1s (not only sizes) when checking a cache found at ``path``.
+        replace: also replace a *complete* cache found at ``path`` (one the caller knows
+            to be stale); by default a complete cache found there is kept, as when
+            another process finished the same build first.
+
+    Returns:
+        ``True`` if this call published its build, ``False`` if a complete cache that
+        another process published meanwhile was kept.
+    """
+    path = os.fspath(path)
+    start = time.perf_counter()
+    staging = _hidden_sibling(path, "build")
+    os.makedirs(os.path.dirname(staging), exist_ok=True)
+    os.mkdir(staging, 0o777)  # the umask applies, as for a plain mkdir
+    try:
+        writer = CacheWriter(staging, owner, target=path)
+        meta = build(writer)
+        writer.commit(dict(meta or {}))
+        published = _publish(staging, path, deep, replace=replace, owner=owner)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.debug(
+        "%s: %s %s in %.2f s",
+        owner,
+        "wrote" if published else "another process wrote",
+        path,
+        time.perf_counter() - start,
+    )
+    return published
 
 
 # ------------------------------------------------------------------------- the base
@@ -595,24 +659,7 @@ class CachedDataModule(pl.LightningDataModule):
                 problem.reason,
                 path,
             )
-        start = time.perf_counter()
-        staging = _hidden_sibling(path, "build")
-        os.makedirs(os.path.dirname(staging), exist_ok=True)
-        os.mkdir(staging, 0o777)  # the umask applies, as for a plain mkdir
-        try:
-            writer = CacheWriter(staging, owner, target=path)
-            meta = self.build(writer)
-            writer.commit(dict(meta or {}))
-            published = _publish(staging, path, deep)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        log.debug(
-            "%s: %s %s in %.2f s",
-            owner,
-            "wrote" if published else "another process wrote",
-            path,
-            time.perf_counter() - start,
-        )
+        build_cache(path, self.build, owner=owner, deep=deep)
 
     def setup(self, stage: str | None = None) -> None:
         if self.is_loaded():

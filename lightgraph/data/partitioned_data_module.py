@@ -169,7 +169,13 @@ class PartitionedGraphDataModule(CachedDataModule):
             part = self.partition
         else:
             part = partition_graph(
-                data.edge_index, data.num_nodes, num_parts, self.partitioner, self.seed
+                data.edge_index,
+                data.num_nodes,
+                num_parts,
+                self.partitioner,
+                self.seed,
+                y=data.y,
+                train_mask=data.train_mask,
             )
         return build_partition_plans(data, part, num_parts)
 

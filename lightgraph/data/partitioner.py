@@ -1,4 +1,4 @@
-"""Graph partitioners: METIS (edge-cut minimising) and random."""
+"""Graph partitioners: METIS (edge-cut minimising), random, and GAP (label-balanced FENNEL)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch import Tensor
 
 from lightgraph.utilities.checks import check_choice, check_graph_edge_index, check_int
 
-PartitionMethod = Literal["metis", "random"]
+PartitionMethod = Literal["metis", "random", "gap"]
 PARTITION_METHODS: tuple[str, ...] = get_args(PartitionMethod)
 _RANDOM_SALT = 0x5EED_1A7E
 
@@ -21,6 +21,9 @@ def partition_graph(
     num_parts: int,
     method: str = "metis",
     seed: int = 0,
+    *,
+    y: Tensor | None = None,
+    train_mask: Tensor | None = None,
 ) -> Tensor:
     """Assign every node to one of ``num_parts`` partitions.
 
@@ -30,8 +33,14 @@ def partition_graph(
         num_nodes: number of nodes.
         num_parts: number of partitions (``1 <= num_parts <= num_nodes``).
         method: ``"metis"`` minimises the edge cut with balanced parts (through
-            ``pymetis``); ``"random"`` draws a balanced random assignment.
-        seed: seed of the random assignment and of METIS.
+            ``pymetis``); ``"random"`` draws a balanced random assignment; ``"gap"``
+            keeps neighbours together while balancing the training-label distribution
+            of every part (:func:`lightgraph.data.gap.gap_partition`, default options).
+        seed: seed of the random assignment, of METIS and of GAP's stream order.
+        y: node labels, required by ``"gap"`` (class ids ``[num_nodes]`` or multi-label
+            scores ``[num_nodes, num_classes]``); ignored by the other methods.
+        train_mask: boolean ``[num_nodes]`` training mask, required by ``"gap"``;
+            ignored by the other methods.
 
     Returns:
         ``torch.long`` tensor ``[num_nodes]`` with values in ``[0, num_parts)``; every
@@ -41,7 +50,7 @@ def partition_graph(
         ValueError: naming the argument, the allowed values and the value received, for
             an unknown ``method``, an ``edge_index`` that is not an integer ``[2, E]``
             tensor of node ids in ``[0, num_nodes)``, or ``num_parts`` outside
-            ``[1, num_nodes]``.
+            ``[1, num_nodes]``, or ``method="gap"`` without ``y`` or ``train_mask``.
         TypeError: if ``edge_index`` is not a tensor.
     """
     owner = "partition_graph"
@@ -54,6 +63,19 @@ def partition_graph(
             f"{owner}: expected `num_parts` <= num_nodes ({num_nodes}) so that every "
             f"partition owns a node, but got num_parts={num_parts}."
         )
+    if method == "gap":
+        if y is None or train_mask is None:
+            missing = [name for name, v in (("y", y), ("train_mask", train_mask)) if v is None]
+            raise ValueError(
+                f"{owner}: method='gap' balances the training labels of every partition and "
+                f"needs `y` (class ids [num_nodes] or multi-label scores [num_nodes, "
+                f"num_classes]) and `train_mask` (bool [num_nodes]), but got "
+                + " and ".join(f"{name}=None" for name in missing)
+                + "."
+            )
+        from lightgraph.data.gap import gap_partition
+
+        return gap_partition(edge_index, num_nodes, num_parts, y, train_mask, seed=seed)
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.long)
     if method == "random":

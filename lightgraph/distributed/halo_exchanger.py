@@ -236,9 +236,7 @@ class HaloExchanger:
     @property
     def distributed(self) -> bool:
         """Whether the exchange spans more than one initialised rank."""
-        return (
-            dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1
-        )
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1
 
     def setup(self) -> None:
         """Prepare the policy once the process group is up (collective).
@@ -391,9 +389,7 @@ class HaloExchanger:
         sampled = self.boundary_sampling is not None
         policy = self.policy
         bits_key = (
-            None
-            if policy is None
-            else (self._policy_generation, policy.base_bits, policy.version)
+            None if policy is None else (self._policy_generation, policy.base_bits, policy.version)
         )
         # Layouts live with the plan they describe (a moved or rebuilt plan starts afresh),
         # keyed by everything they depend on.

@@ -69,13 +69,9 @@ def profile_links(
             f"but got {tuple(sizes)!r}."
         )
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(
-            f"{owner}: expected `repeats` to be an integer >= 1 but got {repeats!r}."
-        )
+        raise ValueError(f"{owner}: expected `repeats` to be an integer >= 1 but got {repeats!r}.")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(
-            f"{owner}: expected `warmup` to be an integer >= 0 but got {warmup!r}."
-        )
+        raise ValueError(f"{owner}: expected `warmup` to be an integer >= 0 but got {warmup!r}.")
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if world == 1:
@@ -160,7 +156,9 @@ def resolve_cost_model(
     if isinstance(spec, CommCostModel):
         model = spec
     elif isinstance(spec, Mapping):
-        model = CommCostModel.from_config(spec.get("theta"), spec.get("gamma", 0.0), world_size=world)
+        model = CommCostModel.from_config(
+            spec.get("theta"), spec.get("gamma", 0.0), world_size=world
+        )
     elif isinstance(spec, str | os.PathLike):
         model = CommCostModel.load(spec)
     else:

@@ -10,6 +10,8 @@ from lightgraph.functional.halo_exchange import (
     halo_exchange,
     start_exchange_rows,
 )
+from lightgraph.functional.halo_plan import HaloPlan
+from lightgraph.functional.neighbor_sampling import NeighborSample, sample_neighbors, to_csc
 from lightgraph.functional.quantize import (
     BITS,
     PARAM_BYTES_PER_ROW,
@@ -23,7 +25,6 @@ from lightgraph.functional.quantize import (
     unpack_codes,
     unpack_rows,
 )
-from lightgraph.functional.halo_plan import HaloPlan
 from lightgraph.functional.sequence_parallel import shard_range, shard_sizes
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "TRANSPORTS",
     "ExchangeStats",
     "HaloPlan",
+    "NeighborSample",
     "PendingExchange",
     "QuantizedRows",
     "dequantize",
@@ -42,9 +44,11 @@ __all__ = [
     "pack_rows",
     "packed_nbytes",
     "quantize",
+    "sample_neighbors",
     "shard_range",
     "shard_sizes",
     "start_exchange_rows",
+    "to_csc",
     "unpack_codes",
     "unpack_rows",
 ]

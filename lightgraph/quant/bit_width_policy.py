@@ -63,9 +63,7 @@ class BitWidthPolicy(ABC):
             direction: ``"forward"`` (embeddings) or ``"backward"`` (gradients).
         """
 
-    def message_bits(
-        self, plan: HaloPlan, layer: str, direction: str
-    ) -> tuple[Tensor, Tensor]:
+    def message_bits(self, plan: HaloPlan, layer: str, direction: str) -> tuple[Tensor, Tensor]:
         """Widths of a complete exchange: ``(send_bits, recv_bits)``.
 
         ``send_bits`` is aligned with ``plan.send_index`` (the rows this rank owns and

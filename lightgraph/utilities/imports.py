@@ -32,7 +32,11 @@ _INSTALL = {
     "transformers": "`pip install lightgraph[lm]` (or `pip install 'transformers>=4.40'`)",
     "pyg_lib": "pyg-lib from the PyG wheel index that matches your torch build",
 }
-_FLAGS = {"torch_sparse": "WITH_TORCH_SPARSE", "transformers": "WITH_TRANSFORMERS", "pyg_lib": "WITH_PYG_LIB"}
+_FLAGS = {
+    "torch_sparse": "WITH_TORCH_SPARSE",
+    "transformers": "WITH_TRANSFORMERS",
+    "pyg_lib": "WITH_PYG_LIB",
+}
 
 
 def require(package: str, feature: str) -> None:

@@ -80,7 +80,7 @@ def test_sizes_come_from_the_dataset_without_loading() -> None:
         (
             {"partitioner": "spectral"},
             2,
-            "`partitioner` to be one of \\('metis', 'random'\\) but got 'spectral'",
+            "`partitioner` to be one of \\('metis', 'random', 'gap'\\) but got 'spectral'",
         ),
         ({"num_partitions": 0}, 2, "`num_partitions` to be a positive integer or None but got 0"),
         (

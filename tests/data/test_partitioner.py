@@ -48,7 +48,7 @@ def test_single_part() -> None:
     [
         (
             {"method": "spectral"},
-            "`method` to be one of \\('metis', 'random'\\) but got 'spectral'",
+            "`method` to be one of \\('metis', 'random', 'gap'\\) but got 'spectral'",
         ),
         ({"num_parts": 0}, "`num_parts` to be " + POSITIVE + " but got 0"),
         ({"num_parts": 2.0}, "`num_parts` to be " + POSITIVE + " but got 2.0"),

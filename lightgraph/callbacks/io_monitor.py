@@ -1,0 +1,119 @@
+"""Per-epoch storage I/O of sampled training: bytes, read calls, pages, working set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from lightgraph.utilities.checks import check_bool
+
+
+def process_io() -> dict[str, int]:
+    """This process's I/O counters from ``/proc/self/io`` (empty where it does not exist).
+
+    ``read_bytes`` is what the storage device actually delivered (page-cache misses,
+    memory-mapped page faults and read-ahead included); ``rchar``/``syscr`` count bytes
+    and calls of ``read``-like system calls whether or not the page cache served them.
+    """
+    try:
+        with open("/proc/self/io") as f:
+            return {k: int(v) for k, v in (line.split(":") for line in f if ":" in line)}
+    except OSError:
+        return {}
+
+
+class IOMonitor(pl.Callback):
+    """Logs what every training epoch read from storage, for the sampled data modules.
+
+    Reads the data module's cumulative ``io_stats()`` (see
+    :class:`~lightgraph.data.MacroBatchDataModule` and
+    :class:`~lightgraph.data.NeighborSamplingDataModule`) and logs per-epoch differences:
+
+    * ``io/bytes_read``, ``io/read_calls``: explicit reads of the partition store;
+    * ``io/pages_touched``: distinct 4 KiB pages of the stored files the epoch accessed
+      (store reads, or the feature rows and neighbour lists sampling touched in a
+      memory-mapped graph);
+    * ``io/device_read_bytes``: bytes the storage device delivered to this process
+      (``/proc/self/io``: page-cache misses and read-ahead included; Linux only);
+    * ``io/targets``, ``io/nodes_loaded``: training targets and the nodes brought into
+      memory for them (macro-batch nodes, or sampled nodes for one-stage sampling);
+    * ``io/normalized_working_set``: ``nodes_loaded / targets`` -- the normalised working
+      set ``C_S(B) / |B|`` of the storage-facing sampler (thesis Eq. 3.3), in nodes;
+    * ``io/bytes_per_target``: storage bytes per target (``bytes_read``, or
+      ``pages_touched * 4096`` for a memory-mapped graph, over ``targets``);
+    * ``io/wait_seconds``: time training waited for macro-batches (HANOI only).
+
+    Args:
+        prog_bar: also show ``io/bytes_read`` in the progress bar.
+    """
+
+    #: Cumulative counters (per-epoch values are differences).
+    _KEYS = (
+        "bytes_read",
+        "read_calls",
+        "bytes_requested",
+        "targets",
+        "nodes_loaded",
+        "wait_seconds",
+        "read_seconds",
+        "macro_batches",
+        "passes",
+    )
+
+    def __init__(self, prog_bar: bool = False) -> None:
+        self.prog_bar = check_bool("IOMonitor", "prog_bar", prog_bar)
+        self._start: dict[str, float] = {}
+        self._proc_start: dict[str, int] = {}
+        self.history: list[dict[str, float]] = []
+
+    @staticmethod
+    def _stats(trainer: pl.Trainer) -> dict[str, float]:
+        module = trainer.datamodule
+        fn = getattr(module, "io_stats", None)
+        return dict(fn()) if callable(fn) else {}
+
+    # Epochs are delimited by their ends: a loader may start reading (prefetching its
+    # first macro-batch) before ``on_train_epoch_start`` runs, never after the epoch ends.
+    @staticmethod
+    def _new_epoch(trainer: pl.Trainer) -> None:
+        start = getattr(trainer.datamodule, "start_io_epoch", None)
+        if callable(start):
+            start()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._new_epoch(trainer)
+        self._start = self._stats(trainer)
+        self._proc_start = process_io()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        now = self._stats(trainer)
+        proc = process_io()
+        delta = {k: now.get(k, 0.0) - self._start.get(k, 0.0) for k in self._KEYS if k in now}
+        if "pages_touched" in now:  # distinct pages since the epoch began, not cumulative
+            delta["pages_touched"] = now["pages_touched"]
+        if proc and self._proc_start:
+            delta["device_read_bytes"] = float(
+                proc.get("read_bytes", 0) - self._proc_start.get("read_bytes", 0)
+            )
+        self._start, self._proc_start = now, proc
+        self._new_epoch(trainer)
+        targets = delta.get("targets", 0.0)
+        if targets > 0:
+            if "nodes_loaded" in delta:
+                delta["normalized_working_set"] = delta["nodes_loaded"] / targets
+            storage = delta.get("bytes_read", 0.0) or 4096.0 * delta.get("pages_touched", 0.0)
+            delta["bytes_per_target"] = storage / targets
+        self.history.append(delta)
+        for key, value in delta.items():
+            pl_module.log(
+                f"io/{key}",
+                torch.tensor(float(value), dtype=torch.float64),
+                prog_bar=self.prog_bar and key == "bytes_read",
+                on_epoch=True,
+            )
+
+    # Nothing to restore: the counters are per epoch.
+    def state_dict(self) -> dict[str, Any]:
+        return {}

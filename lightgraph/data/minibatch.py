@@ -1,0 +1,168 @@
+"""Sampled mini-batches as PyG ``Data``, and a resumable whole-graph neighbour-sampling loader.
+
+:func:`sample_minibatch` turns a neighbour sample (:func:`lightgraph.functional.
+neighbor_sampling.sample_neighbors`) into the :class:`~torch_geometric.data.Data` a PyG
+``NeighborLoader`` would yield: the seeds first (``batch_size`` of them), ``n_id``,
+``edge_index`` with messages flowing ``edge_index[0] -> edge_index[1]``, and the
+per-hop counts PyG's ``BasicGNN`` uses to trim each layer.
+
+:class:`NeighborSamplingLoader` iterates over seed nodes of one graph -- in memory, or
+memory-mapped from an on-disk store (the NS-Ext baseline) -- with a per-epoch shuffle
+and per-batch random streams derived from ``(seed, epoch, batch)``, so that a run
+resumed from its :meth:`~NeighborSamplingLoader.state_dict` draws exactly the batches
+the uninterrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from lightgraph.functional.neighbor_sampling import sample_neighbors
+from lightgraph.utilities.checks import check_bool, check_fanouts, check_int
+
+
+def make_generator(seed: int, *keys: Any) -> torch.Generator:
+    """A CPU generator seeded from ``(seed, *keys)`` by a stable hash (not Python's ``hash``)."""
+    digest = hashlib.blake2b(repr((int(seed), *keys)).encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+
+
+def sample_minibatch(
+    indptr: Tensor,
+    indices: Tensor,
+    x: Tensor,
+    y: Tensor,
+    seeds: Tensor,
+    fanouts: Sequence[int],
+    generator: torch.Generator | None = None,
+    node_ids: Tensor | None = None,
+) -> Data:
+    """Sample the ``len(fanouts)``-hop neighbourhood of ``seeds`` and gather its rows.
+
+    Args:
+        indptr, indices: CSC adjacency (in-neighbours of each node), possibly memory-mapped.
+        x, y: node features and labels indexed by the CSC's node ids.
+        seeds: the target nodes (they come first in the batch).
+        fanouts: neighbours per node per hop, outermost hop first (``-1`` = all).
+        generator: random stream of the sampler.
+        node_ids: global id of every CSC node (for ``n_id``); identity when ``None``.
+
+    Returns:
+        ``Data(x, y, edge_index, n_id, batch_size, num_sampled_nodes, num_sampled_edges)``.
+    """
+    sample = sample_neighbors(indptr, indices, seeds, list(fanouts), generator=generator)
+    node = sample.node
+    # Gather in sorted order: sequential page access for memory-mapped features.
+    order = torch.argsort(node)
+    rows = torch.empty(node.numel(), x.size(1), dtype=x.dtype)
+    rows[order] = x[node[order]]
+    data = Data(
+        x=rows,
+        y=y[node],
+        edge_index=torch.stack([sample.row, sample.col]),
+    )
+    data.n_id = node if node_ids is None else node_ids[node]
+    data.batch_size = int(seeds.numel())
+    data.num_sampled_nodes = list(sample.num_sampled_nodes)
+    data.num_sampled_edges = list(sample.num_sampled_edges)
+    return data
+
+
+class NeighborSamplingLoader:
+    """Mini-batches of neighbour samples over one graph, resumable mid-epoch.
+
+    Args:
+        indptr, indices: CSC adjacency of the graph (in memory or memory-mapped).
+        x, y: node features and labels (in memory or memory-mapped).
+        seeds: the nodes to iterate over (training, validation or test nodes).
+        fanouts: neighbours per hop (``-1`` = all).
+        batch_size: seeds per mini-batch.
+        shuffle: reshuffle ``seeds`` every epoch (from ``(seed, epoch)``).
+        seed: base seed of the shuffles and of the sampler's random streams.
+        node_ids: global id of every node (``n_id`` of the batches).
+        on_batch: called with every batch (``Data``) before it is yielded, e.g. to count
+            the pages a memory-mapped graph touched.
+    """
+
+    def __init__(
+        self,
+        indptr: Tensor,
+        indices: Tensor,
+        x: Tensor,
+        y: Tensor,
+        seeds: Tensor,
+        fanouts: Sequence[int],
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        node_ids: Tensor | None = None,
+        on_batch: Any = None,
+    ) -> None:
+        owner = "NeighborSamplingLoader"
+        self.fanouts = check_fanouts(owner, fanouts)
+        self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
+        self.shuffle = check_bool(owner, "shuffle", shuffle)
+        self.seed = int(seed)
+        self.indptr, self.indices, self.x, self.y = indptr, indices, x, y
+        self.seeds = seeds.to(torch.long)
+        self.node_ids = node_ids
+        self.on_batch = on_batch
+        self.epoch = 0
+        self._next_batch = 0  # position of the batch the next __next__ yields
+        #: Cumulative counters: mini-batches, targets (seeds) and sampled nodes.
+        self.stats = {"mini_batches": 0.0, "targets": 0.0, "nodes_loaded": 0.0}
+
+    def __len__(self) -> int:
+        return math.ceil(self.seeds.numel() / self.batch_size)
+
+    def _order(self, epoch: int) -> Tensor:
+        if not self.shuffle:
+            return self.seeds
+        perm = torch.randperm(
+            self.seeds.numel(), generator=make_generator(self.seed, "order", epoch)
+        )
+        return self.seeds[perm]
+
+    def __iter__(self) -> Iterator[Data]:
+        epoch, start = self.epoch, self._next_batch
+        order = self._order(epoch)
+        for b in range(start, len(self)):
+            seeds = order[b * self.batch_size : (b + 1) * self.batch_size]
+            batch = sample_minibatch(
+                self.indptr,
+                self.indices,
+                self.x,
+                self.y,
+                seeds,
+                self.fanouts,
+                generator=make_generator(self.seed, "sample", epoch, b),
+                node_ids=self.node_ids,
+            )
+            if self.on_batch is not None:
+                self.on_batch(batch)
+            self.stats["mini_batches"] += 1
+            self.stats["targets"] += int(seeds.numel())
+            self.stats["nodes_loaded"] += int(batch.num_nodes)
+            # The epoch is over once its last batch is out: Lightning may never ask again.
+            if b + 1 == len(self):
+                self.epoch, self._next_batch = epoch + 1, 0
+            else:
+                self._next_batch = b + 1
+            yield batch
+        if self.epoch == epoch:  # nothing (more) to yield this epoch
+            self.epoch, self._next_batch = epoch + 1, 0
+
+    # Lightning saves and restores iterables that have these two methods (mid-epoch resume).
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "next_batch": self._next_batch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch = int(state["epoch"])
+        self._next_batch = int(state["next_batch"])

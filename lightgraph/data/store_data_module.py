@@ -1,0 +1,527 @@
+"""Data modules over an on-disk partition store: HANOI's macro-batches and the NS baselines.
+
+:class:`PartitionStoreDataModule` builds the store once (``prepare_data``: partition the
+graph, pick hub nodes, write the store through the :class:`~lightgraph.data.
+CachedDataModule` cache, so it is fingerprinted, atomic and checked) and opens it on every
+rank (``setup``). Its subclasses only differ in how they sample:
+
+* :class:`MacroBatchDataModule` -- HANOI (and, with random partitions and no hubs, a
+  MariusGNN-like partition buffer): two-stage sampling from the store, see
+  :mod:`lightgraph.data.macro_batch`;
+* :class:`NeighborSamplingDataModule` -- one-stage neighbour sampling over the whole graph,
+  held in memory (``storage="memory"``: NS-Mem) or memory-mapped from the store
+  (``storage="mmap"``: NS-Ext, the operating system's page cache is the only cache).
+
+Evaluation (``eval_mode``) is either exact layer-wise inference over the whole graph (a
+:class:`~lightgraph.data.full_graph_batch.FullGraphBatch`) or neighbour sampling with
+``eval_fanouts`` (NS(20, 20, 20) by default).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lightgraph.data.cached_data_module import (
+    CachedDataModule,
+    CacheReader,
+    CacheWriter,
+    fingerprint_digest,
+)
+from lightgraph.data.full_graph_batch import FullGraphBatch, SingleBatchLoader
+from lightgraph.data.graph_dataset import GraphDataset, ensure_edge_index, validate_graph
+from lightgraph.data.hubs import select_hubs
+from lightgraph.data.macro_batch import MAX_REUSE, MacroBatchLoader
+from lightgraph.data.minibatch import NeighborSamplingLoader
+from lightgraph.data.partition_store import PartitionStore, write_partition_store
+from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.utilities.checks import (
+    check_bool,
+    check_choice,
+    check_fanouts,
+    check_fraction,
+    check_int,
+    check_type,
+)
+
+EVAL_MODES: tuple[str, ...] = ("layerwise", "sampled")
+STORAGE_MODES: tuple[str, ...] = ("memory", "mmap")
+_STORE_FORMAT = 1
+
+
+class PartitionStoreDataModule(CachedDataModule):
+    """Base of the data modules that train from a :class:`~lightgraph.data.PartitionStore`.
+
+    Args:
+        dataset: the graph (any :class:`~lightgraph.data.GraphDataset`).
+        num_parts: partitions of the store (``k``).
+        partitioner: ``"gap"`` (label-balanced streaming, HANOI), ``"metis"`` or ``"random"``.
+        hub_fraction: fraction of nodes pinned in memory as hubs (0 = none).
+        hub_walk_length: steps of the lazy random walk that scores hubs.
+        eval_mode: ``"layerwise"`` (exact inference over the whole store) or
+            ``"sampled"`` (neighbour sampling with ``eval_fanouts``).
+        eval_fanouts: neighbours per hop of sampled evaluation.
+        eval_batch_size: seeds per sampled evaluation batch.
+        cache_dir: where the store is written (``<cache_dir>/PartitionStore-<digest>``).
+        seed: seed of the partitioner and of every sampling draw.
+    """
+
+    def __init__(
+        self,
+        dataset: GraphDataset,
+        num_parts: int = 64,
+        partitioner: str = "gap",
+        hub_fraction: float = 0.01,
+        hub_walk_length: int = 3,
+        eval_mode: str = "layerwise",
+        eval_fanouts: Sequence[int] = (20, 20, 20),
+        eval_batch_size: int = 4096,
+        cache_dir: str = "lightgraph_cache",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(cache_dir=cache_dir)
+        owner = type(self).__name__
+        self.dataset = check_type(owner, "dataset", dataset, GraphDataset)
+        self.num_parts = check_int(owner, "num_parts", num_parts, low=1)
+        self.partitioner = check_choice(owner, "partitioner", partitioner, PARTITION_METHODS)
+        self.hub_fraction = check_fraction(owner, "hub_fraction", hub_fraction)
+        self.hub_walk_length = check_int(owner, "hub_walk_length", hub_walk_length, low=1)
+        self.eval_mode = check_choice(owner, "eval_mode", eval_mode, EVAL_MODES)
+        self.eval_fanouts = check_fanouts(owner, list(eval_fanouts), "eval_fanouts")
+        self.eval_batch_size = check_int(owner, "eval_batch_size", eval_batch_size, low=1)
+        self.seed = check_int(owner, "seed", seed, low=0)
+        self.store: PartitionStore | None = None
+
+    # --------------------------------------------------------------- sizes for the CLI
+    @property
+    def num_features(self) -> int:
+        return self.dataset.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    @property
+    def multilabel(self) -> bool:
+        return self.dataset.multilabel
+
+    # --------------------------------------------------------------------- the cache
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "format": _STORE_FORMAT,
+            "dataset": self.dataset.fingerprint(),
+            "num_parts": self.num_parts,
+            "partitioner": self.partitioner,
+            "hub_fraction": self.hub_fraction,
+            "hub_walk_length": self.hub_walk_length,
+            "seed": self.seed,
+        }
+
+    def cache_name(self) -> str:
+        return "PartitionStore"
+
+    def build(self, writer: CacheWriter) -> Mapping[str, Any]:
+        tic = time.perf_counter()
+        data = ensure_edge_index(self.dataset.load())
+        validate_graph(data, self.dataset.num_classes, self.dataset.multilabel)
+        loaded = time.perf_counter()
+        part = partition_graph(
+            data.edge_index,
+            data.num_nodes,
+            self.num_parts,
+            method=self.partitioner,
+            seed=self.seed,
+            y=data.y,
+            train_mask=data.train_mask,
+        )
+        partitioned = time.perf_counter()
+        if self.hub_fraction > 0:
+            hubs = select_hubs(
+                data.edge_index,
+                data.num_nodes,
+                data.train_mask,
+                fraction=self.hub_fraction,
+                walk_length=self.hub_walk_length,
+            )
+        else:
+            hubs = torch.empty(0, dtype=torch.long)
+        hubbed = time.perf_counter()
+        meta = dict(
+            write_partition_store(writer, data, part, hubs, fingerprint=self.store_fingerprint())
+        )
+        meta["build_seconds"] = {
+            "load": loaded - tic,
+            "partition": partitioned - loaded,
+            "hubs": hubbed - partitioned,
+            "write": time.perf_counter() - hubbed,
+        }
+        return meta
+
+    def store_fingerprint(self) -> str:
+        """The fingerprint written into (and checked against) the store's manifest."""
+        return fingerprint_digest(self.fingerprint())
+
+    def load(self, cache: CacheReader, rank: int, world_size: int) -> None:
+        self.store = PartitionStore(cache, fingerprint=self.store_fingerprint())
+
+    def is_loaded(self) -> bool:
+        return self.store is not None
+
+    # ------------------------------------------------------------------ shared pieces
+    def _store(self) -> PartitionStore:
+        if self.store is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: the store is not open yet; call `setup()` (the Trainer "
+                f"does) before asking for data."
+            )
+        return self.store
+
+    def split_nodes(self, split: str, exclude_hubs: bool = False) -> Tensor:
+        """Store ids of the nodes of ``split`` (``"train"``, ``"val"``, ``"test"``)."""
+        store = self._store()
+        mask = store.mask(split).clone()
+        if exclude_hubs and store.hubs.numel():
+            mask[store.hub_store_ids.long()] = False
+        return mask.nonzero().view(-1)
+
+    def full_graph(self) -> FullGraphBatch:
+        """The whole store, memory-mapped, for exact layer-wise evaluation."""
+        store = self._store()
+        indptr, indices = store.csc()
+        masks = {split: store.mask(split) for split in ("train", "val", "test")}
+        return FullGraphBatch(
+            indptr, indices, store.features(), store.labels(), masks, store.node_ids
+        )
+
+    def _eval_loader(self, split: str) -> Iterable[Any]:
+        if self.eval_mode == "layerwise":
+            return SingleBatchLoader(self.full_graph())
+        store = self._store()
+        indptr, indices = store.csc()
+        return NeighborSamplingLoader(
+            indptr,
+            indices,
+            store.features(),
+            store.labels(),
+            self.split_nodes(split),
+            self.eval_fanouts,
+            self.eval_batch_size,
+            shuffle=False,
+            seed=self.seed,
+            node_ids=store.node_ids,
+        )
+
+    def io_stats(self) -> dict[str, float]:
+        """Cumulative I/O counters: the store's reads (bytes, calls, 4 KiB pages) and the
+        sampling counters (``targets``, ``nodes_loaded``, ...) of the training loader."""
+        if self.store is None:
+            return {}
+        return dict(self.store.io_stats.as_dict())
+
+    def start_io_epoch(self) -> None:
+        """Start counting distinct pages afresh (pages are counted once per epoch)."""
+        if self.store is not None:
+            self.store.io_stats.start_epoch()
+
+
+class MacroBatchDataModule(PartitionStoreDataModule):
+    """HANOI's out-of-core training: macro-batches of partitions + hubs read from disk.
+
+    Each epoch shuffles the partitions of the store and trains on macro-batches of
+    ``parts_per_batch`` of them plus the hub nodes, read in the background while the
+    previous one trains, each reused up to ``reuse`` times; mini-batches of
+    ``batch_size`` training nodes are neighbour-sampled with ``fanouts`` *inside* the
+    macro-batch (never the full graph). With ``partitioner="random"`` and
+    ``hub_fraction=0`` this is a MariusGNN-like partition buffer.
+
+    Args:
+        dataset, num_parts, partitioner, hub_fraction, hub_walk_length, eval_mode,
+        eval_fanouts, eval_batch_size, cache_dir, seed: see
+            :class:`PartitionStoreDataModule`.
+        parts_per_batch: partitions per macro-batch (``b``; the memory budget is about
+            ``b / num_parts`` of the graph plus the hubs, twice with double buffering).
+        fanouts: stage-2 neighbours per hop (thesis default 15, 10, 5).
+        batch_size: training nodes per mini-batch (thesis default 1000).
+        reuse: passes over each macro-batch, in [1, 4] (the most passes with
+            ``adaptive_reuse``).
+        adaptive_reuse: reuse a macro-batch only while the next one is still being read.
+        prefetch: read the next macro-batch in a background thread.
+    """
+
+    def __init__(
+        self,
+        dataset: GraphDataset,
+        num_parts: int = 64,
+        parts_per_batch: int = 8,
+        fanouts: Sequence[int] = (15, 10, 5),
+        batch_size: int = 1000,
+        reuse: int = 1,
+        adaptive_reuse: bool = False,
+        prefetch: bool = True,
+        partitioner: str = "gap",
+        hub_fraction: float = 0.01,
+        hub_walk_length: int = 3,
+        eval_mode: str = "layerwise",
+        eval_fanouts: Sequence[int] = (20, 20, 20),
+        eval_batch_size: int = 4096,
+        cache_dir: str = "lightgraph_cache",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            dataset,
+            num_parts=num_parts,
+            partitioner=partitioner,
+            hub_fraction=hub_fraction,
+            hub_walk_length=hub_walk_length,
+            eval_mode=eval_mode,
+            eval_fanouts=eval_fanouts,
+            eval_batch_size=eval_batch_size,
+            cache_dir=cache_dir,
+            seed=seed,
+        )
+        owner = "MacroBatchDataModule"
+        self.parts_per_batch = check_int(owner, "parts_per_batch", parts_per_batch, low=1)
+        if self.parts_per_batch > self.num_parts:
+            raise ValueError(
+                f"{owner}: expected `parts_per_batch` in [1, num_parts={self.num_parts}] but got "
+                f"{parts_per_batch}."
+            )
+        self.fanouts = check_fanouts(owner, list(fanouts))
+        self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
+        if isinstance(reuse, bool) or not isinstance(reuse, int) or not 1 <= reuse <= MAX_REUSE:
+            raise ValueError(
+                f"{owner}: expected `reuse` to be an int in [1, {MAX_REUSE}] but got {reuse!r}."
+            )
+        self.reuse = reuse
+        self.adaptive_reuse = check_bool(owner, "adaptive_reuse", adaptive_reuse)
+        self.prefetch = check_bool(owner, "prefetch", prefetch)
+        self._train_loader: MacroBatchLoader | None = None
+
+    def train_loader(self) -> MacroBatchLoader:
+        """The (single, stateful) training loader."""
+        if self._train_loader is None:
+            self._train_loader = MacroBatchLoader(
+                self._store(),
+                self.parts_per_batch,
+                self.fanouts,
+                self.batch_size,
+                reuse=self.reuse,
+                adaptive_reuse=self.adaptive_reuse,
+                prefetch=self.prefetch,
+                seed=self.seed,
+            )
+        return self._train_loader
+
+    def loader(self, split: str) -> Iterable[Any]:
+        if split == "train":
+            return self.train_loader()
+        return self._eval_loader("test" if split == "predict" else split)
+
+    def io_stats(self) -> dict[str, float]:
+        stats = super().io_stats()
+        if self._train_loader is not None:
+            stats.update(self._train_loader.stats.as_dict())
+        return stats
+
+
+class NeighborSamplingDataModule(PartitionStoreDataModule):
+    """One-stage neighbour sampling over the whole graph: NS-Mem and NS-Ext.
+
+    The graph is written once to the same on-disk store as the other modules (one
+    partition, original node order, no hubs). ``storage="memory"`` then reads it whole
+    into memory (in-memory training, the accuracy and speed reference);
+    ``storage="mmap"`` samples straight from the memory-mapped files, so every feature
+    row and neighbour list is a page access served by the page cache or the disk.
+
+    Args:
+        dataset, eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed: see
+            :class:`PartitionStoreDataModule`.
+        fanouts: neighbours per hop (thesis default 15, 10, 5).
+        batch_size: training nodes per mini-batch.
+        storage: ``"memory"`` or ``"mmap"``.
+    """
+
+    def __init__(
+        self,
+        dataset: GraphDataset,
+        fanouts: Sequence[int] = (15, 10, 5),
+        batch_size: int = 1000,
+        storage: str = "memory",
+        eval_mode: str = "layerwise",
+        eval_fanouts: Sequence[int] = (20, 20, 20),
+        eval_batch_size: int = 4096,
+        cache_dir: str = "lightgraph_cache",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            dataset,
+            num_parts=1,
+            partitioner="random",
+            hub_fraction=0.0,
+            eval_mode=eval_mode,
+            eval_fanouts=eval_fanouts,
+            eval_batch_size=eval_batch_size,
+            cache_dir=cache_dir,
+            seed=seed,
+        )
+        owner = "NeighborSamplingDataModule"
+        self.fanouts = check_fanouts(owner, list(fanouts))
+        self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
+        self.storage = check_choice(owner, "storage", storage, STORAGE_MODES)
+        self._graph: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        self._train_loader: NeighborSamplingLoader | None = None
+        self.pages = _PageCounter()
+
+    def _arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if self._graph is None:
+            store = self._store()
+            indptr, indices = store.csc()
+            x, y = store.features(), store.labels()
+            if self.storage == "memory":
+                indptr, indices, x, y = (t.clone() for t in (indptr, indices, x, y))
+            self._graph = (indptr, indices, x, y)
+        return self._graph
+
+    def full_graph(self) -> FullGraphBatch:
+        if self.storage == "mmap":
+            return super().full_graph()
+        store = self._store()
+        indptr, indices, x, y = self._arrays()
+        masks = {split: store.mask(split) for split in ("train", "val", "test")}
+        return FullGraphBatch(indptr, indices, x, y, masks, store.node_ids)
+
+    def train_loader(self) -> NeighborSamplingLoader:
+        if self._train_loader is None:
+            indptr, indices, x, y = self._arrays()
+            self.pages.configure(x, indptr, indices, enabled=self.storage == "mmap")
+            self._train_loader = NeighborSamplingLoader(
+                indptr,
+                indices,
+                x,
+                y,
+                self.split_nodes("train"),
+                self.fanouts,
+                self.batch_size,
+                shuffle=True,
+                seed=self.seed,
+                node_ids=self._store().node_ids,
+                on_batch=self.pages.count,
+            )
+        return self._train_loader
+
+    def loader(self, split: str) -> Iterable[Any]:
+        if split == "train":
+            return self.train_loader()
+        return self._eval_loader("test" if split == "predict" else split)
+
+    def io_stats(self) -> dict[str, float]:
+        stats = super().io_stats()
+        stats.update(self.pages.as_dict())
+        if self._train_loader is not None:
+            stats.update(self._train_loader.stats)
+        return stats
+
+    def start_io_epoch(self) -> None:
+        super().start_io_epoch()
+        self.pages.reset_epoch()
+
+
+class _PageCounter:
+    """Distinct 4 KiB pages of the memory-mapped features and CSC a training epoch touches.
+
+    Only counts what sampling asks for (the feature rows of every sampled node and the
+    neighbour lists of every expanded node); what the kernel reads ahead is visible in
+    ``/proc/self/io`` instead (:class:`~lightgraph.callbacks.IOMonitor` reports both).
+    """
+
+    PAGE = 4096
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.bytes_requested = 0.0
+        self._seen: dict[str, np.ndarray] = {}
+
+    def configure(self, x: Tensor, indptr: Tensor, indices: Tensor, enabled: bool) -> None:
+        self.enabled = enabled
+        self._row_bytes = x.size(1) * x.element_size()
+        self._index_bytes = indices.element_size()
+        self._indptr = indptr
+        for name, nbytes in (
+            ("features", x.numel() * x.element_size()),
+            ("indices", indices.numel() * indices.element_size()),
+        ):
+            self._seen[name] = np.zeros(nbytes // self.PAGE + 1, dtype=bool)
+
+    def reset_epoch(self) -> None:
+        for seen in self._seen.values():
+            seen[:] = False
+
+    def _touch(self, name: str, start: np.ndarray, stop: np.ndarray) -> None:
+        seen = self._seen[name]
+        keep = stop > start
+        first = start[keep] // self.PAGE
+        last = (stop[keep] - 1) // self.PAGE
+        span = int((last - first).max()) + 1 if first.size else 0
+        for k in range(span):
+            page = first + k
+            seen[page[page <= last]] = True
+        self.bytes_requested += float((stop[keep] - start[keep]).sum())
+
+    def count(self, batch: Any) -> None:
+        if not self.enabled:
+            return
+        # One partition in original order: store ids are the original ids.
+        node = batch.n_id.numpy()
+        self._touch("features", node * self._row_bytes, (node + 1) * self._row_bytes)
+        ptr = self._indptr.numpy()
+        expanded = node[: len(node) - int(batch.num_sampled_nodes[-1])]
+        self._touch(
+            "indices", ptr[expanded] * self._index_bytes, ptr[expanded + 1] * self._index_bytes
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        if not self.enabled:
+            return {}
+        pages = float(sum(int(seen.sum()) for seen in self._seen.values()))
+        return {"pages_touched": pages, "bytes_requested": self.bytes_requested}
+
+
+def build_store(
+    dataset: GraphDataset,
+    cache_dir: str = "lightgraph_cache",
+    num_parts: int = 64,
+    partitioner: str = "gap",
+    hub_fraction: float = 0.01,
+    hub_walk_length: int = 3,
+    seed: int = 0,
+) -> PartitionStore:
+    """Build (once) and open the partition store of ``dataset``: one call, no Trainer.
+
+    The store lands in ``<cache_dir>/PartitionStore-<digest>``, exactly where a
+    :class:`MacroBatchDataModule` with the same arguments looks for it, so a store built
+    here (e.g. on a machine with more memory) is reused by training.
+    """
+    module = PartitionStoreDataModule(
+        dataset,
+        num_parts=num_parts,
+        partitioner=partitioner,
+        hub_fraction=hub_fraction,
+        hub_walk_length=hub_walk_length,
+        cache_dir=cache_dir,
+        seed=seed,
+    )
+    module.prepare_data()
+    module.setup("fit")
+    assert module.store is not None
+    return module.store
+
+
+def store_path(module: PartitionStoreDataModule) -> str:
+    """The directory ``module`` builds its store in."""
+    return os.path.abspath(module.cache_path())

@@ -1,0 +1,197 @@
+"""LightningModule for node classification on sampled mini-batches (any PyG model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.data import Data
+from torchmetrics import Metric
+from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
+
+from lightgraph.data.full_graph_batch import FullGraphBatch
+from lightgraph.nn.layerwise import layerwise_inference
+from lightgraph.utilities.checks import check_bool, check_non_negative, check_positive
+from lightgraph.utilities.timing import Stopwatch
+
+
+class MiniBatchNodeClassifier(pl.LightningModule):
+    """Node classification over sampled subgraphs, the way PyG's ``NeighborLoader`` feeds them.
+
+    A training batch is a :class:`torch_geometric.data.Data` whose first ``batch_size``
+    nodes are the targets (seeds) and whose other nodes are their sampled neighbourhood
+    -- what :func:`lightgraph.data.neighbor_loader`, the macro-batch and multistage data
+    modules produce. The loss is the mean over the seeds.
+
+    Evaluation batches come in two forms, chosen by the data module:
+
+    * a sampled :class:`~torch_geometric.data.Data` (e.g. fanouts 20, 20, 20): metrics
+      over its seeds;
+    * a :class:`~lightgraph.data.FullGraphBatch`: exact layer-wise inference over the
+      whole graph (:func:`lightgraph.nn.layerwise.layerwise_inference`, PyG ``BasicGNN``
+      models only), then metrics over the split's nodes.
+
+    Logged metrics: ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``,
+    ``test_acc`` (``*_f1``, micro-F1, for multi-label graphs) and ``train_step_time``
+    (seconds of forward + backward + optimiser step, mean over the epoch's steps).
+
+    Args:
+        model: any PyG model ``model(x, edge_index) -> logits`` (e.g.
+            ``torch_geometric.nn.models.GraphSAGE``/``GAT``/``GCN``).
+        num_classes: number of classes (labels) for the metrics.
+        multilabel: multi-label targets (binary cross-entropy, micro-F1).
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        trim: pass ``num_sampled_nodes_per_hop``/``num_sampled_edges_per_hop`` to PyG
+            ``BasicGNN`` models so each layer only computes what the next one needs (same
+            outputs for the seeds, less work).
+        inference_chunk_size: destination nodes per chunk of layer-wise inference.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_classes: int,
+        multilabel: bool = False,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        trim: bool = True,
+        inference_chunk_size: int = 8192,
+    ) -> None:
+        super().__init__()
+        owner = "MiniBatchNodeClassifier"
+        low = 1 if multilabel else 2
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < low:
+            raise ValueError(f"{owner}: expected `num_classes` >= {low} but got {num_classes!r}.")
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"{owner}: expected `model` to be a torch.nn.Module (e.g. "
+                f"torch_geometric.nn.models.GraphSAGE) but got {type(model).__name__}."
+            )
+        check_positive(owner, "lr", lr)
+        check_non_negative(owner, "weight_decay", weight_decay)
+        check_bool(owner, "trim", trim)
+        check_positive(owner, "inference_chunk_size", inference_chunk_size)
+        self.save_hyperparameters(ignore=["model"])
+        self.model = model
+        self.multilabel = multilabel
+        self.metric_name = "f1" if multilabel else "acc"
+        self.train_metric = self._make_metric(num_classes)
+        self.val_metric = self._make_metric(num_classes)
+        self.test_metric = self._make_metric(num_classes)
+        self._stopwatch = Stopwatch()
+
+    def _make_metric(self, num_classes: int) -> Metric:
+        if self.multilabel:
+            return MultilabelF1Score(num_labels=num_classes, average="micro")
+        return MulticlassAccuracy(num_classes=num_classes, average="micro")
+
+    # ------------------------------------------------------------------------ forward
+    def _trims(self) -> bool:
+        return bool(self.hparams.trim) and hasattr(self.model, "_trim")
+
+    def forward(self, batch: Data) -> Tensor:
+        """Logits of the batch's seeds (its first ``batch_size`` nodes; all nodes without)."""
+        size = getattr(batch, "batch_size", None)
+        kwargs: dict[str, Any] = {}
+        nodes_per_hop = getattr(batch, "num_sampled_nodes", None)
+        edges_per_hop = getattr(batch, "num_sampled_edges", None)
+        if self._trims() and nodes_per_hop is not None and edges_per_hop is not None:
+            kwargs["num_sampled_nodes_per_hop"] = list(nodes_per_hop)
+            kwargs["num_sampled_edges_per_hop"] = list(edges_per_hop)
+        out = self.model(batch.x, batch.edge_index, **kwargs)
+        return out if size is None else out[:size]
+
+    def _loss(self, logits: Tensor, target: Tensor) -> Tensor:
+        if self.multilabel:
+            return F.binary_cross_entropy_with_logits(logits, target.float())
+        return F.cross_entropy(logits, target)
+
+    def _scores(self, logits: Tensor) -> Tensor:
+        # torchmetrics applies a sigmoid itself only when some value leaves [0, 1].
+        return torch.sigmoid(logits) if self.multilabel else logits
+
+    @staticmethod
+    def _seed_targets(batch: Data) -> Tensor:
+        size = getattr(batch, "batch_size", None)
+        return batch.y if size is None else batch.y[:size]
+
+    # ------------------------------------------------------------------------ training
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._stopwatch.start()
+
+    def training_step(self, batch: Data, batch_idx: int) -> Tensor:
+        logits = self(batch)
+        target = self._seed_targets(batch)
+        loss = self._loss(logits, target)
+        n = int(target.size(0))
+        self.log(
+            "train_loss", loss.detach(), prog_bar=True, on_step=False, on_epoch=True, batch_size=n
+        )
+        self.train_metric.update(self._scores(logits.detach()), target)
+        self.log(
+            f"train_{self.metric_name}",
+            self.train_metric,
+            on_step=False,
+            on_epoch=True,
+            batch_size=n,
+        )
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.log(
+            "train_step_time",
+            self._stopwatch.stop(),
+            on_step=False,
+            on_epoch=True,
+            batch_size=1,
+        )
+
+    # ---------------------------------------------------------------------- evaluation
+    def _full_graph_logits(self, batch: FullGraphBatch) -> Tensor:
+        return layerwise_inference(
+            self.model,
+            batch.indptr,
+            batch.indices,
+            batch.x,
+            chunk_size=int(self.hparams.inference_chunk_size),
+            device=self.device,
+        )
+
+    def _evaluate(self, batch: Data | FullGraphBatch, stage: str) -> None:
+        metric = self.val_metric if stage == "val" else self.test_metric
+        if isinstance(batch, FullGraphBatch):
+            logits_all = self._full_graph_logits(batch)
+            nodes = batch.nodes(stage)
+            logits = logits_all[nodes].to(self.device)
+            target = batch.y[nodes].to(self.device)
+        else:
+            logits = self(batch)
+            target = self._seed_targets(batch)
+        n = int(target.size(0))
+        if n == 0:
+            return
+        if stage == "val":
+            self.log("val_loss", self._loss(logits, target), batch_size=n)
+        metric.update(self._scores(logits), target)
+        self.log(f"{stage}_{self.metric_name}", metric, prog_bar=True, batch_size=n)
+
+    def validation_step(self, batch: Data | FullGraphBatch, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: Data | FullGraphBatch, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: Data | FullGraphBatch, batch_idx: int) -> dict[str, Tensor]:
+        if isinstance(batch, FullGraphBatch):
+            return {"node": batch.node_ids, "logits": self._full_graph_logits(batch)}
+        size = getattr(batch, "batch_size", batch.num_nodes)
+        return {"node": batch.n_id[:size], "logits": self(batch)}
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(
+            self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        )

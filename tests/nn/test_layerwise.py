@@ -1,0 +1,67 @@
+"""Layer-wise inference equals the full-graph forward pass of PyG models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.nn.models import GAT, GraphSAGE
+from torch_geometric.utils import to_undirected
+
+from lightgraph.functional.neighbor_sampling import to_csc
+from lightgraph.nn.layerwise import layerwise_inference
+
+
+def _graph(n: int = 300, e: int = 1500, f: int = 12, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    edge_index = to_undirected(torch.randint(0, n, (2, e), generator=g), num_nodes=n)
+    return torch.randn(n, f, generator=g), edge_index
+
+
+@pytest.mark.parametrize("cls", [GraphSAGE, GAT])
+@pytest.mark.parametrize("chunk_size", [1, 37, 1000])
+def test_layerwise_equals_full_graph_forward(cls, chunk_size):
+    torch.manual_seed(0)
+    x, edge_index = _graph()
+    model = cls(12, 16, num_layers=3, out_channels=5, dropout=0.5).eval()
+    expected = model(x, edge_index)
+    indptr, indices = to_csc(edge_index, x.size(0))
+    out = layerwise_inference(model, indptr, indices, x, chunk_size=chunk_size)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_layerwise_reads_memory_mapped_int32_graph(tmp_path):
+    torch.manual_seed(0)
+    x, edge_index = _graph()
+    model = GraphSAGE(12, 8, num_layers=2, out_channels=3, jk="last").eval()
+    expected = model(x, edge_index)
+    indptr, indices = to_csc(edge_index, x.size(0))
+    files = {}
+    for name, t in (
+        ("indptr", indptr.to(torch.int64)),
+        ("indices", indices.to(torch.int32)),
+        ("x", x),
+    ):
+        path = tmp_path / f"{name}.npy"
+        np.save(path, t.numpy())
+        files[name] = torch.from_numpy(np.load(path, mmap_mode="c"))
+    out = layerwise_inference(model, files["indptr"], files["indices"], files["x"], chunk_size=50)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_layerwise_restores_training_mode_and_rejects_bad_input():
+    x, edge_index = _graph(n=20, e=40, f=4)
+    model = GraphSAGE(4, 8, num_layers=2, out_channels=2).train()
+    indptr, indices = to_csc(edge_index, 20)
+    layerwise_inference(model, indptr, indices, x)
+    assert model.training
+    with pytest.raises(ValueError, match="chunk_size"):
+        layerwise_inference(model, indptr, indices, x, chunk_size=0)
+    with pytest.raises(ValueError, match="one row per node"):
+        layerwise_inference(model, indptr, indices, x[:10])
+    with pytest.raises(TypeError, match="BasicGNN"):
+        layerwise_inference(torch.nn.Linear(4, 2), indptr, indices, x)
+    with pytest.raises(ValueError, match="jk"):
+        layerwise_inference(
+            GraphSAGE(4, 8, num_layers=2, out_channels=2, jk="cat"), indptr, indices, x
+        )
