@@ -52,6 +52,28 @@ class GraphDataset(ABC):
         """A stable string identifying this configuration, used as a cache key."""
 
 
+class DatasetSizes:
+    """``num_features``, ``num_classes`` and ``multilabel`` of a data module's ``dataset``.
+
+    Mixed into the data modules that wrap one :class:`GraphDataset`: these are the sizes
+    ``lightgraph``'s CLI links into the model before anything is loaded.
+    """
+
+    dataset: GraphDataset
+
+    @property
+    def num_features(self) -> int:
+        return self.dataset.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    @property
+    def multilabel(self) -> bool:
+        return self.dataset.multilabel
+
+
 def ensure_edge_index(data: Data) -> Data:
     """Give ``data`` an ``edge_index`` if it only carries a sparse ``adj_t``.
 

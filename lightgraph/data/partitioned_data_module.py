@@ -16,7 +16,7 @@ from lightgraph.data.cached_data_module import (
     CacheWriter,
     tensor_digest,
 )
-from lightgraph.data.graph_dataset import GraphDataset, validate_graph
+from lightgraph.data.graph_dataset import DatasetSizes, GraphDataset, validate_graph
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
 from lightgraph.utilities.checks import check_choice
@@ -39,7 +39,7 @@ class _OnePartition:
         return 1
 
 
-class PartitionedGraphDataModule(CachedDataModule):
+class PartitionedGraphDataModule(DatasetSizes, CachedDataModule):
     """Full-graph partitioned data for partition-parallel training (Sylvie, AdaQP, ...).
 
     ``prepare_data`` (one process per node) loads the graph, partitions it into as many
@@ -94,19 +94,6 @@ class PartitionedGraphDataModule(CachedDataModule):
         self.partition = None if partition is None else torch.as_tensor(partition).long()
         self.seed = seed
         self.plan: PartitionPlan | None = None
-
-    # ----------------------------------------------------------------- sizes for the CLI
-    @property
-    def num_features(self) -> int:
-        return self.dataset.num_features
-
-    @property
-    def num_classes(self) -> int:
-        return self.dataset.num_classes
-
-    @property
-    def multilabel(self) -> bool:
-        return self.dataset.multilabel
 
     # ------------------------------------------------------------------------- internals
     def _world_size(self) -> int:

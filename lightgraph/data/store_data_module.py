@@ -35,7 +35,12 @@ from lightgraph.data.cached_data_module import (
     fingerprint_digest,
 )
 from lightgraph.data.full_graph_batch import FullGraphBatch, SingleBatchLoader
-from lightgraph.data.graph_dataset import GraphDataset, ensure_edge_index, validate_graph
+from lightgraph.data.graph_dataset import (
+    DatasetSizes,
+    GraphDataset,
+    ensure_edge_index,
+    validate_graph,
+)
 from lightgraph.data.hubs import select_hubs
 from lightgraph.data.macro_batch import MAX_REUSE, MacroBatchLoader
 from lightgraph.data.minibatch import NeighborSamplingLoader
@@ -55,7 +60,7 @@ STORAGE_MODES: tuple[str, ...] = ("memory", "mmap")
 _STORE_FORMAT = 1
 
 
-class PartitionStoreDataModule(CachedDataModule):
+class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
     """Base of the data modules that train from a :class:`~lightgraph.data.PartitionStore`.
 
     Args:
@@ -97,19 +102,6 @@ class PartitionStoreDataModule(CachedDataModule):
         self.eval_batch_size = check_int(owner, "eval_batch_size", eval_batch_size, low=1)
         self.seed = check_int(owner, "seed", seed, low=0)
         self.store: PartitionStore | None = None
-
-    # --------------------------------------------------------------- sizes for the CLI
-    @property
-    def num_features(self) -> int:
-        return self.dataset.num_features
-
-    @property
-    def num_classes(self) -> int:
-        return self.dataset.num_classes
-
-    @property
-    def multilabel(self) -> bool:
-        return self.dataset.multilabel
 
     # --------------------------------------------------------------------- the cache
     def fingerprint(self) -> dict[str, Any]:

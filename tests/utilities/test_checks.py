@@ -20,6 +20,7 @@ from lightgraph.utilities.checks import (
     check_callable,
     check_choice,
     check_divisible,
+    check_fanouts,
     check_fraction,
     check_graph_edge_index,
     check_int,
@@ -539,6 +540,17 @@ def test_check_bias_table() -> None:
 
 
 # ------------------------------------------------------------------------- coverage
+def test_check_fanouts() -> None:
+    assert check_fanouts(OWNER, [15, 10, 5]) == [15, 10, 5]
+    assert check_fanouts(OWNER, (-1, 3)) == [-1, 3]
+    for bad in ([], "15,10", 15, None):
+        with pytest.raises(ValueError, match="`fanouts` to be a non-empty list"):
+            check_fanouts(OWNER, bad)
+    for bad, shown in (([15, 0], "0"), ([-2], "-2"), ([2.5], "2.5"), ([True], "True")):
+        with pytest.raises(ValueError, match=rf"`eval_fanouts\[\d\]` to be a positive integer or -1 .* got {shown}"):
+            check_fanouts(OWNER, bad, "eval_fanouts")
+
+
 def test_every_check_is_covered_here() -> None:
     public = {
         name
