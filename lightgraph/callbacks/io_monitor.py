@@ -75,14 +75,16 @@ class IOMonitor(pl.Callback):
         return dict(fn()) if callable(fn) else {}
 
     # Epochs are delimited by their ends: a loader may start reading (prefetching its
-    # first macro-batch) before ``on_train_epoch_start`` runs, never after the epoch ends.
+    # first macro-batch, or Lightning fetching the first batch of a loader without a
+    # length) before ``on_train_start``/``on_train_epoch_start`` run, never after the
+    # epoch ends. The first epoch counts from ``on_fit_start``, before any loader exists.
     @staticmethod
     def _new_epoch(trainer: pl.Trainer) -> None:
         start = getattr(trainer.datamodule, "start_io_epoch", None)
         if callable(start):
             start()
 
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._new_epoch(trainer)
         self._start = self._stats(trainer)
         self._proc_start = process_io()

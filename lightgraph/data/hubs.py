@@ -81,8 +81,15 @@ def select_hubs(
     fraction: float = 0.01,
     walk_length: int = 3,
     laziness: float = 0.5,
+    exclude: Tensor | None = None,
 ) -> Tensor:
     """The ``ceil(fraction * num_nodes)`` nodes of highest :func:`hub_scores`.
+
+    ``exclude`` keeps nodes out of the selection (fewer hubs if too few remain). The
+    macro-batch data modules exclude the training nodes: a hub is never a training
+    target, and the lazy walk returns much of its mass to its start nodes, so without the
+    exclusion a graph with few training nodes would pin most of them as hubs and never
+    train on them.
 
     The product is rounded to 9 decimals before the ceiling, so that float error (``0.07 *
     100 = 7.000000000000001``) does not add a node.
@@ -94,6 +101,7 @@ def select_hubs(
         fraction: share of the nodes to pin, in ``[0, 1]`` (``0``: no hubs).
         walk_length: number of walk steps ``L >= 0``.
         laziness: probability in ``[0, 1]`` of staying at a step.
+        exclude: optional boolean ``[num_nodes]`` mask of nodes that may not be hubs.
 
     Returns:
         ``torch.long`` tensor of the hub ids in increasing order. Among nodes of equal
@@ -107,6 +115,24 @@ def select_hubs(
     fraction = check_fraction(owner, "fraction", fraction)
     scores = _scores(owner, edge_index, num_nodes, train_mask, walk_length, laziness)
     count = min(math.ceil(round(fraction * num_nodes, 9)), num_nodes)
+    if exclude is not None:
+        if (
+            not isinstance(exclude, torch.Tensor)
+            or exclude.dtype != torch.bool
+            or exclude.shape != (num_nodes,)
+        ):
+            shape = (
+                tuple(exclude.shape)
+                if isinstance(exclude, torch.Tensor)
+                else type(exclude).__name__
+            )
+            raise ValueError(
+                f"{owner}: expected `exclude` to be a boolean tensor of shape [{num_nodes}] or "
+                f"None but got {shape}."
+            )
+        excluded = exclude.numpy()
+        scores = np.where(excluded, -np.inf, scores)
+        count = min(count, num_nodes - int(excluded.sum()))
     if count == 0:
         return torch.empty(0, dtype=torch.long)
     # Stable sort of -score: the highest scores first, ties by node id.

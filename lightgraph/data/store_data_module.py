@@ -107,6 +107,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
     def fingerprint(self) -> dict[str, Any]:
         return {
             "format": _STORE_FORMAT,
+            "hubs": "non-training",
             "dataset": self.dataset.fingerprint(),
             "num_parts": self.num_parts,
             "partitioner": self.partitioner,
@@ -140,6 +141,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
                 data.train_mask,
                 fraction=self.hub_fraction,
                 walk_length=self.hub_walk_length,
+                exclude=data.train_mask,  # hubs are never targets: keep every target
             )
         else:
             hubs = torch.empty(0, dtype=torch.long)
@@ -387,6 +389,23 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         indptr, indices, x, y = self._arrays()
         masks = {split: store.mask(split) for split in ("train", "val", "test")}
         return FullGraphBatch(indptr, indices, x, y, masks, store.node_ids)
+
+    def _eval_loader(self, split: str) -> Iterable[Any]:
+        if self.eval_mode == "layerwise":
+            return SingleBatchLoader(self.full_graph())
+        indptr, indices, x, y = self._arrays()  # in memory for NS-Mem, mapped for NS-Ext
+        return NeighborSamplingLoader(
+            indptr,
+            indices,
+            x,
+            y,
+            self.split_nodes(split),
+            self.eval_fanouts,
+            self.eval_batch_size,
+            shuffle=False,
+            seed=self.seed,
+            node_ids=self._store().node_ids,
+        )
 
     def train_loader(self) -> NeighborSamplingLoader:
         if self._train_loader is None:

@@ -130,3 +130,21 @@ def test_bad_input(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         select_hubs(**args)
+
+
+def test_exclude_keeps_nodes_out_and_takes_the_next_best() -> None:
+    g = torch.Generator().manual_seed(7)
+    n = 200
+    edge_index = torch.randint(0, n, (2, 1200), generator=g)
+    train = torch.rand(n, generator=g) < 0.3
+    scores = hub_scores(edge_index, n, train, walk_length=3).numpy()
+    hubs = select_hubs(edge_index, n, train, fraction=0.05, walk_length=3, exclude=train)
+    assert hubs.numel() == 10 and not train[hubs].any()
+    eligible = [v for v in np.argsort(-scores, kind="stable").tolist() if not train[v]]
+    assert hubs.tolist() == sorted(eligible[:10])
+    # Fewer eligible nodes than asked: all of them.
+    almost_all = torch.ones(n, dtype=torch.bool)
+    almost_all[:3] = False
+    assert select_hubs(edge_index, n, train, fraction=0.5, exclude=almost_all).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="exclude"):
+        select_hubs(edge_index, n, train, exclude=train[:10])
