@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import lightning.pytorch as pl
 import torch
 
@@ -115,7 +113,3 @@ class IOMonitor(pl.Callback):
                 prog_bar=self.prog_bar and key == "bytes_read",
                 on_epoch=True,
             )
-
-    # Nothing to restore: the counters are per epoch.
-    def state_dict(self) -> dict[str, Any]:
-        return {}

@@ -39,6 +39,27 @@ from lightgraph.utilities.checks import check_bool, check_fanouts, check_int
 MAX_REUSE = 4
 
 
+def check_parts_per_batch(owner: str, value: Any, num_parts: int) -> int:
+    """Partitions per macro-batch: an int in ``[1, num_parts]``."""
+    check_int(owner, "parts_per_batch", value, low=1)
+    if value > num_parts:
+        raise ValueError(
+            f"{owner}: expected `parts_per_batch` in [1, {num_parts}] (the store has "
+            f"{num_parts} partitions) but got {value}."
+        )
+    return int(value)
+
+
+def check_reuse(owner: str, value: Any) -> int:
+    """Passes over each macro-batch: an int in ``[1, MAX_REUSE]``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REUSE:
+        raise ValueError(
+            f"{owner}: expected `reuse` to be an int in [1, {MAX_REUSE}] (passes over each "
+            f"macro-batch) but got {value!r}."
+        )
+    return value
+
+
 @dataclass
 class LoadedMacroBatch:
     """A macro-batch in memory with its stage-2 CSC and its training targets."""
@@ -140,20 +161,10 @@ class MacroBatchLoader:
     ) -> None:
         owner = "MacroBatchLoader"
         num_parts = int(store.num_parts)
-        self.parts_per_batch = check_int(owner, "parts_per_batch", parts_per_batch, low=1)
-        if self.parts_per_batch > num_parts:
-            raise ValueError(
-                f"{owner}: expected `parts_per_batch` in [1, {num_parts}] (the store has "
-                f"{num_parts} partitions) but got {parts_per_batch}."
-            )
+        self.parts_per_batch = check_parts_per_batch(owner, parts_per_batch, num_parts)
         self.fanouts = check_fanouts(owner, fanouts)
         self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
-        if isinstance(reuse, bool) or not isinstance(reuse, int) or not 1 <= reuse <= MAX_REUSE:
-            raise ValueError(
-                f"{owner}: expected `reuse` to be an int in [1, {MAX_REUSE}] (passes over each "
-                f"macro-batch) but got {reuse!r}."
-            )
-        self.reuse = reuse
+        self.reuse = check_reuse(owner, reuse)
         self.adaptive_reuse = check_bool(owner, "adaptive_reuse", adaptive_reuse)
         self.prefetch = check_bool(owner, "prefetch", prefetch)
         self.store = store

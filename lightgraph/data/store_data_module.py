@@ -19,7 +19,6 @@ Evaluation (``eval_mode``) is either exact layer-wise inference over the whole g
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -42,7 +41,7 @@ from lightgraph.data.graph_dataset import (
     validate_graph,
 )
 from lightgraph.data.hubs import select_hubs
-from lightgraph.data.macro_batch import MAX_REUSE, MacroBatchLoader
+from lightgraph.data.macro_batch import MacroBatchLoader, check_parts_per_batch, check_reuse
 from lightgraph.data.minibatch import NeighborSamplingLoader
 from lightgraph.data.partition_store import PartitionStore, write_partition_store
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
@@ -184,31 +183,29 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             mask[store.hub_store_ids.long()] = False
         return mask.nonzero().view(-1)
 
-    def full_graph(self) -> FullGraphBatch:
-        """The whole store, memory-mapped, for exact layer-wise evaluation."""
+    def graph_arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The whole graph as ``(indptr, indices, x, y)``: the store's memory-mapped files."""
         store = self._store()
         indptr, indices = store.csc()
+        return indptr, indices, store.features(), store.labels()
+
+    def full_graph(self) -> FullGraphBatch:
+        """The whole graph (:meth:`graph_arrays`) for exact layer-wise evaluation."""
+        store = self._store()
         masks = {split: store.mask(split) for split in ("train", "val", "test")}
-        return FullGraphBatch(
-            indptr, indices, store.features(), store.labels(), masks, store.node_ids
-        )
+        return FullGraphBatch(*self.graph_arrays(), masks, store.node_ids)
 
     def _eval_loader(self, split: str) -> Iterable[Any]:
         if self.eval_mode == "layerwise":
             return SingleBatchLoader(self.full_graph())
-        store = self._store()
-        indptr, indices = store.csc()
         return NeighborSamplingLoader(
-            indptr,
-            indices,
-            store.features(),
-            store.labels(),
+            *self.graph_arrays(),
             self.split_nodes(split),
             self.eval_fanouts,
             self.eval_batch_size,
             shuffle=False,
             seed=self.seed,
-            node_ids=store.node_ids,
+            node_ids=self._store().node_ids,
         )
 
     def io_stats(self) -> dict[str, float]:
@@ -280,19 +277,10 @@ class MacroBatchDataModule(PartitionStoreDataModule):
             seed=seed,
         )
         owner = "MacroBatchDataModule"
-        self.parts_per_batch = check_int(owner, "parts_per_batch", parts_per_batch, low=1)
-        if self.parts_per_batch > self.num_parts:
-            raise ValueError(
-                f"{owner}: expected `parts_per_batch` in [1, num_parts={self.num_parts}] but got "
-                f"{parts_per_batch}."
-            )
+        self.parts_per_batch = check_parts_per_batch(owner, parts_per_batch, self.num_parts)
         self.fanouts = check_fanouts(owner, list(fanouts))
         self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
-        if isinstance(reuse, bool) or not isinstance(reuse, int) or not 1 <= reuse <= MAX_REUSE:
-            raise ValueError(
-                f"{owner}: expected `reuse` to be an int in [1, {MAX_REUSE}] but got {reuse!r}."
-            )
-        self.reuse = reuse
+        self.reuse = check_reuse(owner, reuse)
         self.adaptive_reuse = check_bool(owner, "adaptive_reuse", adaptive_reuse)
         self.prefetch = check_bool(owner, "prefetch", prefetch)
         self._train_loader: MacroBatchLoader | None = None
@@ -372,44 +360,18 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         self._train_loader: NeighborSamplingLoader | None = None
         self.pages = _PageCounter()
 
-    def _arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def graph_arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The store's files, copied into memory once for ``storage="memory"`` (NS-Mem)."""
         if self._graph is None:
-            store = self._store()
-            indptr, indices = store.csc()
-            x, y = store.features(), store.labels()
+            arrays = super().graph_arrays()
             if self.storage == "memory":
-                indptr, indices, x, y = (t.clone() for t in (indptr, indices, x, y))
-            self._graph = (indptr, indices, x, y)
+                arrays = tuple(t.clone() for t in arrays)  # type: ignore[assignment]
+            self._graph = arrays
         return self._graph
-
-    def full_graph(self) -> FullGraphBatch:
-        if self.storage == "mmap":
-            return super().full_graph()
-        store = self._store()
-        indptr, indices, x, y = self._arrays()
-        masks = {split: store.mask(split) for split in ("train", "val", "test")}
-        return FullGraphBatch(indptr, indices, x, y, masks, store.node_ids)
-
-    def _eval_loader(self, split: str) -> Iterable[Any]:
-        if self.eval_mode == "layerwise":
-            return SingleBatchLoader(self.full_graph())
-        indptr, indices, x, y = self._arrays()  # in memory for NS-Mem, mapped for NS-Ext
-        return NeighborSamplingLoader(
-            indptr,
-            indices,
-            x,
-            y,
-            self.split_nodes(split),
-            self.eval_fanouts,
-            self.eval_batch_size,
-            shuffle=False,
-            seed=self.seed,
-            node_ids=self._store().node_ids,
-        )
 
     def train_loader(self) -> NeighborSamplingLoader:
         if self._train_loader is None:
-            indptr, indices, x, y = self._arrays()
+            indptr, indices, x, y = self.graph_arrays()
             self.pages.configure(x, indptr, indices, enabled=self.storage == "mmap")
             self._train_loader = NeighborSamplingLoader(
                 indptr,
@@ -531,8 +493,3 @@ def build_store(
     module.setup("fit")
     assert module.store is not None
     return module.store
-
-
-def store_path(module: PartitionStoreDataModule) -> str:
-    """The directory ``module`` builds its store in."""
-    return os.path.abspath(module.cache_path())

@@ -1,0 +1,69 @@
+"""sample_minibatch and NeighborSamplingLoader against the graph they sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightgraph.data.minibatch import NeighborSamplingLoader, make_generator, sample_minibatch
+from lightgraph.functional.neighbor_sampling import to_csc
+
+
+def _graph(n: int = 120, e: int = 600):
+    g = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, n, (2, e), generator=g)
+    return edge_index, torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def test_minibatch_rows_edges_and_counts_match_the_graph():
+    edge_index, x, y = _graph()
+    indptr, indices = to_csc(edge_index, x.size(0))
+    seeds = torch.tensor([5, 17, 40])
+    batch = sample_minibatch(indptr, indices, x, y, seeds, [3, 2], generator=make_generator(0, 1))
+    assert batch.batch_size == 3 and batch.n_id[:3].tolist() == seeds.tolist()
+    assert torch.equal(batch.x, x[batch.n_id]) and torch.equal(batch.y, y[batch.n_id])
+    edges = set(zip(edge_index[0].tolist(), edge_index[1].tolist(), strict=True))
+    src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
+    assert set(zip(src.tolist(), dst.tolist(), strict=True)) <= edges
+    assert sum(batch.num_sampled_nodes) == batch.num_nodes
+    assert sum(batch.num_sampled_edges) == batch.edge_index.size(1)
+
+
+def test_make_generator_is_stable_and_key_dependent():
+    a = torch.rand(3, generator=make_generator(0, "x", 1))
+    assert torch.equal(a, torch.rand(3, generator=make_generator(0, "x", 1)))
+    assert not torch.equal(a, torch.rand(3, generator=make_generator(0, "x", 2)))
+
+
+def test_loader_covers_every_seed_once_per_epoch_and_resumes():
+    edge_index, x, y = _graph()
+    indptr, indices = to_csc(edge_index, x.size(0))
+    seeds = torch.arange(0, 120, 3)
+
+    def make():
+        return NeighborSamplingLoader(indptr, indices, x, y, seeds, [2, 2], batch_size=7, seed=3)
+
+    loader = make()
+    assert len(loader) == 6
+    first = [b.n_id[: b.batch_size] for b in loader]
+    second = [b.n_id[: b.batch_size] for b in loader]
+    assert sorted(torch.cat(first).tolist()) == seeds.tolist()
+    assert any(not torch.equal(a, b) for a, b in zip(first, second, strict=True))  # reshuffled
+    resumed = make()
+    it = iter(resumed)
+    head = [next(it).n_id[:7] for _ in range(2)]
+    state = resumed.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    rest = [b.n_id[: b.batch_size] for b in again] + [b.n_id[: b.batch_size] for b in again]
+    assert all(torch.equal(a, b) for a, b in zip(head + rest, first + second, strict=True))
+    assert loader.stats["targets"] == 2 * seeds.numel()
+
+
+def test_bad_arguments_are_named():
+    edge_index, x, y = _graph()
+    indptr, indices = to_csc(edge_index, x.size(0))
+    with pytest.raises(ValueError, match="batch_size"):
+        NeighborSamplingLoader(indptr, indices, x, y, torch.arange(3), [2], batch_size=0)
+    with pytest.raises(ValueError, match="fanouts"):
+        NeighborSamplingLoader(indptr, indices, x, y, torch.arange(3), [0], batch_size=2)
