@@ -93,16 +93,61 @@ class MiniBatchNodeClassifier(pl.LightningModule):
     def _trims(self) -> bool:
         return bool(self.hparams.trim) and hasattr(self.model, "_trim")
 
+    def model_step(self, batch: Data) -> tuple[Tensor, list[Tensor]]:
+        """Run the GNN over ``batch``: ``(out, hidden)`` in the batch's row layout.
+
+        ``out`` holds the model's output rows (the first ``batch_size`` are the seeds'
+        logits). A batch that carries historical embeddings (``halo_index``/``hist``, see
+        :class:`~lightgraph.data.MultistageDataModule` with ``first_stage="pbs"``) runs
+        :func:`lightgraph.nn.history.history_forward`: halo rows of every hidden layer are
+        replaced by their pulled history and ``hidden[l]`` is the output of hidden layer
+        ``l`` (what is pushed back); otherwise ``hidden`` is empty.
+        """
+        nodes_per_hop = getattr(batch, "num_sampled_nodes", None)
+        edges_per_hop = getattr(batch, "num_sampled_edges", None)
+        trims = self._trims() and nodes_per_hop is not None and edges_per_hop is not None
+        if getattr(batch, "halo_index", None) is not None:
+            from lightgraph.nn.history import history_forward
+
+            return history_forward(
+                self.model,
+                batch.x,
+                batch.edge_index,
+                list(nodes_per_hop) if trims else None,
+                list(edges_per_hop) if trims else None,
+                list(batch.halo_index),
+                list(batch.hist),
+            )
+        kwargs: dict[str, Any] = {}
+        if trims:
+            kwargs["num_sampled_nodes_per_hop"] = list(nodes_per_hop)
+            kwargs["num_sampled_edges_per_hop"] = list(edges_per_hop)
+        return self.model(batch.x, batch.edge_index, **kwargs), []
+
+    def run_model(self, batch: Data) -> tuple[Tensor, list[Tensor]]:
+        """:meth:`model_step`, through :attr:`model_runner` when one is installed.
+
+        A runner (e.g. the one :class:`~lightgraph.callbacks.GraphCompile` installs) is a
+        callable ``runner(module, batch) -> (out, hidden)`` that must return the same
+        values as :meth:`model_step` for the rows that matter: the first ``batch_size``
+        rows of ``out`` and the rows ``push_index[l]`` of ``hidden[l]``.
+        """
+        runner = self.model_runner
+        return runner(self, batch) if runner is not None else self.model_step(batch)
+
+    @property
+    def model_runner(self) -> Any:
+        """The installed runner (not a submodule: it is never saved in checkpoints)."""
+        return self.__dict__.get("_model_runner")
+
+    @model_runner.setter
+    def model_runner(self, runner: Any) -> None:
+        self.__dict__["_model_runner"] = runner
+
     def forward(self, batch: Data) -> Tensor:
         """Logits of the batch's seeds (its first ``batch_size`` nodes; all nodes without)."""
         size = getattr(batch, "batch_size", None)
-        kwargs: dict[str, Any] = {}
-        nodes_per_hop = getattr(batch, "num_sampled_nodes", None)
-        edges_per_hop = getattr(batch, "num_sampled_edges", None)
-        if self._trims() and nodes_per_hop is not None and edges_per_hop is not None:
-            kwargs["num_sampled_nodes_per_hop"] = list(nodes_per_hop)
-            kwargs["num_sampled_edges_per_hop"] = list(edges_per_hop)
-        out = self.model(batch.x, batch.edge_index, **kwargs)
+        out, _ = self.run_model(batch)
         return out if size is None else out[:size]
 
     def _loss(self, logits: Tensor, target: Tensor) -> Tensor:
@@ -124,7 +169,11 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         self._stopwatch.start()
 
     def training_step(self, batch: Data, batch_idx: int) -> Tensor:
-        logits = self(batch)
+        out, hidden = self.run_model(batch)
+        size = getattr(batch, "batch_size", None)
+        logits = out if size is None else out[:size]
+        if hidden:
+            self._push_history(batch, hidden)
         target = self._seed_targets(batch)
         loss = self._loss(logits, target)
         n = int(target.size(0))
@@ -149,6 +198,44 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             on_epoch=True,
             batch_size=1,
         )
+
+    def _push_history(self, batch: Data, hidden: list[Tensor]) -> None:
+        history = self.history
+        if history is None:
+            raise RuntimeError(
+                "MiniBatchNodeClassifier: the batch carries historical embeddings but no "
+                "history table is attached; use it with a data module that has `history` "
+                "(MultistageDataModule(first_stage='pbs')) or set `module.history`."
+            )
+        for layer, (h, rows, ids) in enumerate(zip(hidden, batch.push_index, batch.push_ids)):
+            history.push(layer, ids, h[rows].detach())
+
+    @property
+    def history(self) -> Any:
+        """The :class:`~lightgraph.nn.history.HistoricalEmbeddings` of the data module."""
+        table = self.__dict__.get("_history")
+        if table is None and self._trainer is not None:
+            table = getattr(self.trainer.datamodule, "history", None)
+        return table
+
+    @history.setter
+    def history(self, table: Any) -> None:
+        self.__dict__["_history"] = table
+
+    def on_train_start(self) -> None:
+        # Historical embeddings start from the exact embeddings of the initial model
+        # (GNNAutoScale's warm-up fill), not from zeros; a resumed run keeps its table.
+        history = self.history
+        if history is not None and not history.filled:
+            graph = self.trainer.datamodule.full_graph()
+            history.fill(
+                self.model,
+                graph.indptr,
+                graph.indices,
+                graph.x,
+                chunk_size=int(self.hparams.inference_chunk_size),
+                device=self.device,
+            )
 
     # ---------------------------------------------------------------------- evaluation
     def _full_graph_logits(self, batch: FullGraphBatch) -> Tensor:
