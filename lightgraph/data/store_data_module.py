@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from torch_geometric.data import Data
 
 from lightgraph.data.cached_data_module import (
     CachedDataModule,
@@ -101,6 +102,8 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         self.eval_batch_size = check_int(owner, "eval_batch_size", eval_batch_size, low=1)
         self.seed = check_int(owner, "seed", seed, low=0)
         self.store: PartitionStore | None = None
+        #: Bytes of training batches handed to the compute device (cumulative).
+        self.h2d_bytes = 0.0
 
     # --------------------------------------------------------------------- the cache
     def fingerprint(self) -> dict[str, Any]:
@@ -209,11 +212,25 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         )
 
     def io_stats(self) -> dict[str, float]:
-        """Cumulative I/O counters: the store's reads (bytes, calls, 4 KiB pages) and the
-        sampling counters (``targets``, ``nodes_loaded``, ...) of the training loader."""
+        """Cumulative I/O counters: the store's reads (bytes, calls, 4 KiB pages), the bytes
+        of training batches handed to the compute device (``h2d_bytes``) and the sampling
+        counters (``targets``, ``nodes_loaded``, ...) of the training loader."""
         if self.store is None:
             return {}
-        return dict(self.store.io_stats.as_dict())
+        stats = dict(self.store.io_stats.as_dict())
+        stats["h2d_bytes"] = self.h2d_bytes
+        return stats
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        # Count what a training step hands to the device: every tensor of a sampled batch.
+        trainer = getattr(self, "trainer", None)
+        if isinstance(batch, Data) and trainer is not None and trainer.training:
+            self.h2d_bytes += float(
+                sum(v.numel() * v.element_size() for _, v in batch if isinstance(v, Tensor))
+            )
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def start_io_epoch(self) -> None:
         """Start counting distinct pages afresh (pages are counted once per epoch)."""

@@ -207,28 +207,45 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 "history table is attached; use it with a data module that has `history` "
                 "(MultistageDataModule(first_stage='pbs')) or set `module.history`."
             )
-        for layer, (h, rows, ids) in enumerate(zip(hidden, batch.push_index, batch.push_ids)):
+        pairs = zip(hidden, batch.push_index, batch.push_ids, strict=True)
+        for layer, (h, rows, ids) in enumerate(pairs):
             history.push(layer, ids, h[rows].detach())
 
     @property
     def history(self) -> Any:
-        """The :class:`~lightgraph.nn.history.HistoricalEmbeddings` of the data module."""
-        table = self.__dict__.get("_history")
-        if table is None and self._trainer is not None:
-            table = getattr(self.trainer.datamodule, "history", None)
-        return table
+        """The :class:`~lightgraph.nn.history.HistoricalEmbeddings` of PBS training (or ``None``).
+
+        Created and warm-filled at train start when the data module asks for one
+        (``history_layers > 0``, :class:`~lightgraph.data.MultistageDataModule` with
+        ``first_stage="pbs"``), saved in and restored from checkpoints.
+        """
+        return self.__dict__.get("_history")
 
     @history.setter
     def history(self, table: Any) -> None:
         self.__dict__["_history"] = table
 
     def on_train_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        layers = int(getattr(datamodule, "history_layers", 0) or 0)
+        if layers == 0:
+            return
+        num_layers = getattr(self.model, "num_layers", None)
+        if num_layers is not None and num_layers != layers + 1:
+            raise ValueError(
+                f"MiniBatchNodeClassifier: historical embeddings need one sampled hop per "
+                f"layer, but the model has num_layers={num_layers} and the data module "
+                f"samples {layers + 1} hops (fanouts); make them equal."
+            )
+        if self.history is None:
+            from lightgraph.nn.history import HistoricalEmbeddings
+
+            self.history = HistoricalEmbeddings(int(datamodule.num_store_nodes))
         # Historical embeddings start from the exact embeddings of the initial model
         # (GNNAutoScale's warm-up fill), not from zeros; a resumed run keeps its table.
-        history = self.history
-        if history is not None and not history.filled:
-            graph = self.trainer.datamodule.full_graph()
-            history.fill(
+        if not self.history.filled:
+            graph = datamodule.full_graph()
+            self.history.fill(
                 self.model,
                 graph.indptr,
                 graph.indices,
@@ -236,6 +253,22 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 chunk_size=int(self.hparams.inference_chunk_size),
                 device=self.device,
             )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.history is not None:
+            checkpoint["history"] = {
+                "num_nodes": int(self.history.num_nodes),
+                "state": self.history.state_dict(),
+            }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("history")
+        if saved is not None:
+            from lightgraph.nn.history import HistoricalEmbeddings
+
+            table = HistoricalEmbeddings(int(saved["num_nodes"]))
+            table.load_state_dict(saved["state"])
+            self.history = table
 
     # ---------------------------------------------------------------------- evaluation
     def _full_graph_logits(self, batch: FullGraphBatch) -> Tensor:

@@ -1,0 +1,466 @@
+"""JOESTAR's multistage sampling for in-memory graphs: macro-batches on the host, mini-batches
+on the compute device.
+
+Stage 1 runs on the host, in a background thread, one macro-batch ahead of training
+(double buffering: the macro-batch being trained and the one being built; no reuse):
+
+* **LBS** (large-batch sampling, JOESTAR-I): the ordinary neighbour sampler with the
+  model's fanouts, run from ``|B_L| = ratio * |train|`` seeds at once; the sampled
+  subgraph is the macro-batch. Its normalised working set ``C(B_L) / |B_L|`` shrinks as
+  ``|B_L|`` grows (sampled neighbourhoods overlap), which is where the saving comes from.
+* **PBS** (partition-based sampling, JOESTAR-II): ``parts_per_batch`` of the graph's
+  ``num_parts`` GAP partitions ("inner" nodes, with all their in-edges) plus their 1-hop
+  halo (in-neighbours outside the partitions: leaves, with no in-edges). The halo's hidden
+  representations come from historical embeddings (:mod:`lightgraph.nn.history`).
+
+Stage 2 runs where the model runs (:meth:`MultistageDataModule.on_after_batch_transfer`):
+mini-batches of ``batch_size`` seeds, each seed of the macro-batch exactly once, are
+neighbour-sampled *inside* the macro-batch (LBS: ``second_stage_fanouts``, by default
+all neighbours; PBS: the model's fanouts). Every draw comes from a CPU generator keyed by
+``(seed, epoch, macro-batch, mini-batch)``, so the samples are the same on the CPU and on a
+GPU, for a prefetching and a serial loader, and after a resume.
+
+**Ahead-of-time (AoT) filtering**: the stage-2 samples of a whole macro-batch are drawn on
+the host right after stage 1 (structure only), and only the nodes some mini-batch touches
+(their feature rows, labels and history rows) plus the samples themselves move to the
+device, which then reuses exactly those samples instead of sampling again. The mini-batches
+are identical with and without AoT.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from lightgraph.data.minibatch import make_generator
+from lightgraph.functional.neighbor_sampling import NeighborSample, sample_neighbors, to_csc
+
+FIRST_STAGES: tuple[str, ...] = ("lbs", "pbs")
+
+
+def tensor_bytes(*tensors: Tensor | None) -> int:
+    """Bytes held by ``tensors`` (``None`` entries count 0)."""
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+@dataclass
+class StageOneBatch:
+    """One macro-batch as stage 1 leaves it on the host.
+
+    Attributes:
+        epoch, index: which epoch and which macro-batch of it.
+        node: store id of every macro-batch node, ``int64 [M]`` (PBS: inner nodes first).
+        x, y: their features and labels.
+        indptr, indices: CSC of the macro-batch subgraph over local ids (``None`` with AoT:
+            the device receives the samples instead).
+        num_inner: nodes ``[num_inner, M)`` are halo nodes (PBS); ``M`` for LBS.
+        batches: the seeds (local ids) of every mini-batch, in training order.
+        samples: AoT only: the stage-2 sample of every mini-batch, in local ids of this
+            (filtered) macro-batch, as compact ``int32`` arrays.
+        num_seeds, num_nodes_sampled: seeds and nodes of the unfiltered macro-batch.
+        build_seconds: host time of stage 1 (and of AoT sampling).
+    """
+
+    epoch: int
+    index: int
+    node: Tensor
+    x: Tensor
+    y: Tensor
+    indptr: Tensor | None
+    indices: Tensor | None
+    num_inner: int
+    batches: list[Tensor]
+    samples: list[NeighborSample] | None = None
+    num_seeds: int = 0
+    num_nodes_sampled: int = 0
+    build_seconds: float = 0.0
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node.numel())
+
+    @property
+    def halo(self) -> Tensor:
+        """Local ids of the halo nodes."""
+        return torch.arange(self.num_inner, self.num_nodes)
+
+    def device_bytes(self) -> int:
+        """Bytes of this macro-batch that move to the compute device."""
+        total = tensor_bytes(self.node, self.x, self.y, self.indptr, self.indices)
+        for s in self.samples or ():
+            total += tensor_bytes(s.node, s.row, s.col)
+        return total
+
+
+@dataclass
+class StagedStep:
+    """What the training loader yields: one mini-batch of a macro-batch, not sampled yet."""
+
+    macro: StageOneBatch
+    step: int
+
+    @property
+    def seeds(self) -> Tensor:
+        return self.macro.batches[self.step]
+
+
+@dataclass
+class DeviceMacroBatch:
+    """A macro-batch on the compute device (plus its halo's history rows)."""
+
+    source: StageOneBatch
+    node: Tensor
+    x: Tensor
+    y: Tensor
+    indptr: Tensor | None
+    indices: Tensor | None
+    hist: list[Tensor] = field(default_factory=list)
+
+
+@dataclass
+class DeviceStep:
+    """A mini-batch whose macro-batch is on the device: stage 2 turns it into ``Data``."""
+
+    macro: DeviceMacroBatch
+    step: int
+
+
+# --------------------------------------------------------------------------- stage 1
+def _macro_subgraph(sample: NeighborSample, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """CSC of the subgraph an LBS stage-1 sample spans (each sampled edge once)."""
+    # Every node is expanded once (at the hop after it was first reached), so no edge
+    # repeats without replacement: the sampled edges *are* the macro-batch subgraph.
+    indptr, indices = to_csc(torch.stack([sample.row, sample.col]), num_nodes)
+    return indptr, indices
+
+
+def lbs_stage_one(
+    indptr: Tensor,
+    indices: Tensor,
+    x: Tensor,
+    y: Tensor,
+    seeds: Tensor,
+    fanouts: Sequence[int],
+    generator: torch.Generator,
+    num_threads: int = 1,
+    node_buffer: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """LBS stage 1: ``(node, indptr, indices, x, y)`` of the sampled macro-batch subgraph.
+
+    The seeds come first (local ids ``0 .. len(seeds) - 1``).
+    """
+    sample = sample_neighbors(
+        indptr,
+        indices,
+        seeds,
+        list(fanouts),
+        generator=generator,
+        node_buffer=node_buffer,
+        num_threads=num_threads,
+    )
+    node = sample.node
+    m_indptr, m_indices = _macro_subgraph(sample, node.numel())
+    return node, m_indptr, m_indices, _gather(x, node), y[node]
+
+
+def pbs_stage_one(
+    indptr: Tensor,
+    indices: Tensor,
+    x: Tensor,
+    y: Tensor,
+    inner: Tensor,
+    scratch: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, int]:
+    """PBS stage 1: the ``inner`` nodes with all their in-edges, plus their 1-hop halo.
+
+    Args:
+        indptr, indices: CSC of the whole graph (store ids).
+        x, y: features and labels of the whole graph.
+        inner: store ids of the chosen partitions' nodes (sorted, distinct).
+        scratch: ``int64 [num_nodes]`` all ``-1`` (it is ``-1`` again on return).
+
+    Returns:
+        ``(node, indptr, indices, x, y, num_inner)``: local ids ``[0, num_inner)`` are the
+        inner nodes in the given order, ``[num_inner, M)`` the halo in ascending store id.
+        Halo nodes have no in-edges.
+    """
+    start = indptr.index_select(0, inner).long()
+    deg = indptr.index_select(0, inner + 1).long() - start
+    total = int(deg.sum())
+    ptr = torch.cumsum(deg, 0) - deg
+    dst_rank = torch.repeat_interleave(torch.arange(inner.numel()), deg, output_size=total)
+    edge = torch.arange(total) + (start - ptr).index_select(0, dst_rank)
+    src = indices.index_select(0, edge).long()
+    num_inner = inner.numel()
+    try:
+        scratch.index_copy_(0, inner, torch.arange(num_inner))
+        outside = scratch.index_select(0, src) < 0
+        halo = torch.unique(src[outside])
+        scratch.index_copy_(0, halo, torch.arange(num_inner, num_inner + halo.numel()))
+        local_src = scratch.index_select(0, src)
+    finally:
+        scratch.index_fill_(0, inner, -1)
+        if "halo" in locals():
+            scratch.index_fill_(0, halo, -1)
+    node = torch.cat([inner, halo])
+    m_indptr = torch.zeros(node.numel() + 1, dtype=torch.long)
+    torch.cumsum(deg, 0, out=m_indptr[1 : num_inner + 1])
+    m_indptr[num_inner + 1 :] = total
+    return node, m_indptr, local_src, _gather(x, node), y[node], num_inner
+
+
+def _gather(x: Tensor, node: Tensor) -> Tensor:
+    """``x[node]``, read in ascending order (sequential pages for memory-mapped features)."""
+    order = torch.argsort(node)
+    rows = torch.empty(node.numel(), x.size(1), dtype=x.dtype)
+    rows[order] = x[node[order]]
+    return rows
+
+
+def _compact(sample: NeighborSample) -> NeighborSample:
+    """A sample with ``int32`` index arrays (what crosses the bus under AoT)."""
+    return NeighborSample(
+        node=sample.node.to(torch.int32),
+        row=sample.row.to(torch.int32),
+        col=sample.col.to(torch.int32),
+        edge=sample.edge[:0],
+        num_sampled_nodes=list(sample.num_sampled_nodes),
+        num_sampled_edges=list(sample.num_sampled_edges),
+    )
+
+
+def aot_filter(macro: StageOneBatch, fanouts: Sequence[int], seed: int) -> StageOneBatch:
+    """Ahead-of-time filtering: draw every mini-batch's stage-2 sample now, keep only the
+    nodes some mini-batch touches, and hand the samples (relabelled) to the device.
+
+    The samples are drawn with exactly the generators stage 2 would use on the device, so
+    the mini-batches do not change.
+    """
+    assert macro.indptr is not None and macro.indices is not None
+    samples = [
+        sample_neighbors(
+            macro.indptr,
+            macro.indices,
+            seeds,
+            list(fanouts),
+            generator=stage_two_generator(seed, macro.epoch, macro.index, b),
+        )
+        for b, seeds in enumerate(macro.batches)
+    ]
+    touched = torch.zeros(macro.num_nodes, dtype=torch.bool)
+    for s in samples:
+        touched[s.node] = True
+    keep = touched.nonzero().view(-1)  # ascending: inner nodes stay before halo nodes
+    local = torch.full((macro.num_nodes,), -1, dtype=torch.long)
+    local[keep] = torch.arange(keep.numel())
+    relabelled = [_compact(s._replace(node=local[s.node])) for s in samples]
+    return StageOneBatch(
+        epoch=macro.epoch,
+        index=macro.index,
+        node=macro.node[keep],
+        x=macro.x[keep],
+        y=macro.y[keep],
+        indptr=None,
+        indices=None,
+        num_inner=int((keep < macro.num_inner).sum()),
+        batches=[local[b] for b in macro.batches],
+        samples=relabelled,
+        num_seeds=macro.num_seeds,
+        num_nodes_sampled=macro.num_nodes_sampled,
+        build_seconds=macro.build_seconds,
+    )
+
+
+def stage_two_generator(seed: int, epoch: int, macro: int, step: int) -> torch.Generator:
+    """The CPU generator of one stage-2 mini-batch (the same on every device and under AoT)."""
+    return make_generator(seed, "stage2", epoch, macro, step)
+
+
+# --------------------------------------------------------------------------- stage 2
+def stage_two(
+    macro: DeviceMacroBatch,
+    step: int,
+    fanouts: Sequence[int],
+    seed: int,
+    node_ids: Tensor | None = None,
+    history_layers: int = 0,
+) -> Data:
+    """Sample mini-batch ``step`` of ``macro`` on its device and gather its rows.
+
+    Returns a ``Data`` laid out as :func:`lightgraph.data.minibatch.sample_minibatch` does
+    (seeds first, per-hop counts for trimming; ``n_id`` the original node ids when
+    ``node_ids`` maps store ids to them). With ``history_layers = L - 1 > 0`` (PBS with
+    historical embeddings) it also carries, per hidden layer ``l``, ``halo_index[l]`` (halo
+    rows among hops ``0 .. L-1-l``), ``hist[l]`` (their history rows), ``push_index[l]``
+    (inner rows among hops ``0 .. L-2-l``: the rows whose layer-``l`` output is computed from
+    their whole sampled neighbourhood) and ``push_ids[l]`` (their store ids).
+    """
+    src = macro.source
+    device = macro.x.device
+    if src.samples is not None:  # AoT: reuse the host's sample
+        s = src.samples[step]
+        sample = NeighborSample(
+            node=s.node.to(device=device, dtype=torch.long),
+            row=s.row.to(device=device, dtype=torch.long),
+            col=s.col.to(device=device, dtype=torch.long),
+            edge=s.edge,
+            num_sampled_nodes=s.num_sampled_nodes,
+            num_sampled_edges=s.num_sampled_edges,
+        )
+    else:
+        assert macro.indptr is not None and macro.indices is not None
+        seeds = src.batches[step].to(device)
+        sample = sample_neighbors(
+            macro.indptr,
+            macro.indices,
+            seeds,
+            list(fanouts),
+            generator=stage_two_generator(seed, src.epoch, src.index, step),
+        )
+    node = sample.node
+    store = macro.node.index_select(0, node)
+    data = Data(
+        x=macro.x.index_select(0, node),
+        y=macro.y.index_select(0, node),
+        edge_index=torch.stack([sample.row, sample.col]),
+    )
+    data.n_id = store if node_ids is None else node_ids.to(device).index_select(0, store)
+    data.batch_size = int(sample.num_sampled_nodes[0])
+    data.num_sampled_nodes = list(sample.num_sampled_nodes)
+    data.num_sampled_edges = list(sample.num_sampled_edges)
+    if history_layers > 0:
+        num_layers = len(sample.num_sampled_nodes) - 1
+        is_halo = node >= src.num_inner
+        ends = torch.cumsum(torch.tensor(sample.num_sampled_nodes), 0).tolist()
+        halo_index, hist, push_index, push_ids = [], [], [], []
+        for layer in range(history_layers):
+            rows = ends[num_layers - 1 - layer]  # hops 0 .. L-1-l
+            h = is_halo[:rows].nonzero().view(-1)
+            halo_index.append(h)
+            hist.append(macro.hist[layer].index_select(0, node[h] - src.num_inner))
+            pushed = (~is_halo[: ends[num_layers - 2 - layer]]).nonzero().view(-1)
+            push_index.append(pushed)
+            push_ids.append(store.index_select(0, pushed))
+        data.halo_index, data.hist = halo_index, hist
+        data.push_index, data.push_ids = push_index, push_ids
+    return data
+
+
+# ------------------------------------------------------------------------ the loader
+@dataclass
+class MultistageStats:
+    """Cumulative counters of a :class:`MultistageLoader`."""
+
+    macro_batches: int = 0
+    mini_batches: int = 0
+    targets: int = 0
+    nodes_loaded: int = 0  # nodes of the (unfiltered) macro-batches
+    nodes_moved: int = 0  # nodes whose rows moved to the device (after AoT filtering)
+    stage1_seconds: float = 0.0
+    wait_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.__dict__.items()}
+
+
+class MultistageLoader:
+    """The training loader of :class:`~lightgraph.data.MultistageDataModule`.
+
+    Yields one :class:`StagedStep` per mini-batch; stage 1 (and AoT sampling) of macro-batch
+    ``k + 1`` runs in a background thread while macro-batch ``k`` trains. Every draw is
+    keyed by ``(seed, epoch, macro-batch[, mini-batch])``, so prefetching, serial and
+    resumed (:meth:`state_dict`) runs yield the same steps.
+
+    Args:
+        build: ``build(epoch, k) -> StageOneBatch`` (stage 1, plus AoT when enabled).
+        plan: ``plan(epoch) -> list of seeds per macro-batch`` (store ids).
+        batch_size: seeds per mini-batch.
+        prefetch: build the next macro-batch in a background thread.
+    """
+
+    def __init__(self, build: Any, plan: Any, batch_size: int, prefetch: bool = True) -> None:
+        self.build = build
+        self.plan = plan
+        self.batch_size = batch_size
+        self.prefetch = prefetch
+        self.stats = MultistageStats()
+        self.epoch = 0
+        self._next = (0, 0)  # (macro-batch, mini-batch) the next step starts at
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _sizes(self, epoch: int) -> list[int]:
+        return [math.ceil(s.numel() / self.batch_size) for s in self.plan(epoch)]
+
+    def __len__(self) -> int:
+        return sum(self._sizes(self.epoch))
+
+    def _submit(self, epoch: int, k: int) -> Future[StageOneBatch]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="lightgraph-stage1")
+        return self._pool.submit(self.build, epoch, k)
+
+    def _get(self, epoch: int, k: int, pending: Future[StageOneBatch] | None) -> StageOneBatch:
+        tic = time.perf_counter()
+        macro = pending.result() if pending is not None else self.build(epoch, k)
+        self.stats.wait_seconds += time.perf_counter() - tic
+        return macro
+
+    def __iter__(self) -> Iterator[StagedStep]:
+        epoch = self.epoch
+        first_macro, first_step = self._next
+        sizes = self._sizes(epoch)
+        count = len(sizes)
+        pending: Future[StageOneBatch] | None = None
+        if self.prefetch and first_macro < count:
+            pending = self._submit(epoch, first_macro)
+        try:
+            for k in range(first_macro, count):
+                macro = self._get(epoch, k, pending)
+                pending = self._submit(epoch, k + 1) if self.prefetch and k + 1 < count else None
+                self.stats.macro_batches += 1
+                self.stats.nodes_loaded += macro.num_nodes_sampled
+                self.stats.nodes_moved += macro.num_nodes
+                self.stats.stage1_seconds += macro.build_seconds
+                start = first_step if k == first_macro else 0
+                for b in range(start, len(macro.batches)):
+                    self.stats.mini_batches += 1
+                    self.stats.targets += int(macro.batches[b].numel())
+                    # Mark the epoch's end before its last step: Lightning may not ask again.
+                    if b + 1 < len(macro.batches):
+                        self._next = (k, b + 1)
+                    elif k + 1 < count:
+                        self._next = (k + 1, 0)
+                    else:
+                        self.epoch, self._next = epoch + 1, (0, 0)
+                    yield StagedStep(macro, b)
+        finally:
+            if pending is not None:
+                pending.cancel()
+        if self.epoch == epoch:
+            self.epoch, self._next = epoch + 1, (0, 0)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "macro": self._next[0], "step": self._next[1]}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch = int(state["epoch"])
+        self._next = (int(state["macro"]), int(state["step"]))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
