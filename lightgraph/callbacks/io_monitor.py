@@ -41,7 +41,13 @@ class IOMonitor(pl.Callback):
       set ``C_S(B) / |B|`` of the storage-facing sampler (thesis Eq. 3.3), in nodes;
     * ``io/bytes_per_target``: storage bytes per target (``bytes_read``, or
       ``pages_touched * 4096`` for a memory-mapped graph, over ``targets``);
-    * ``io/wait_seconds``: time training waited for macro-batches (HANOI only).
+    * ``io/wait_seconds``: time training waited for macro-batches (HANOI, JOESTAR);
+    * ``io/h2d_bytes``: bytes of training data handed to the compute device (every tensor
+      of a one-stage mini-batch; JOESTAR's macro-batches, history rows and AoT samples);
+      host-to-device copies on a GPU, the same tensors handed over in place on the CPU;
+    * ``io/nodes_moved``: JOESTAR: macro-batch nodes whose rows moved to the device (fewer
+      than ``nodes_loaded`` with ahead-of-time filtering); ``io/stage1_seconds``: host time
+      of first-stage sampling (in the background thread).
 
     Args:
         prog_bar: also show ``io/bytes_read`` in the progress bar.
@@ -58,6 +64,9 @@ class IOMonitor(pl.Callback):
         "read_seconds",
         "macro_batches",
         "passes",
+        "h2d_bytes",
+        "nodes_moved",
+        "stage1_seconds",
     )
 
     def __init__(self, prog_bar: bool = False) -> None:

@@ -346,7 +346,7 @@ def stage_two(
             h = is_halo[:rows].nonzero().view(-1)
             halo_index.append(h)
             hist.append(macro.hist[layer].index_select(0, node[h] - src.num_inner))
-            pushed = (~is_halo[: ends[num_layers - 2 - layer]]).nonzero().view(-1)
+            pushed = (~is_halo[:rows]).nonzero().view(-1)
             push_index.append(pushed)
             push_ids.append(store.index_select(0, pushed))
         data.halo_index, data.hist = halo_index, hist

@@ -13,11 +13,23 @@ loops run over hops and, without replacement, over the ``k`` positions of a fano
 (Floyd's algorithm). ``indptr`` and ``indices`` may be ``int32`` or ``int64`` tensors
 backed by a ``numpy.memmap``: they are only read by gathering the rows of the nodes
 being expanded and the sampled edges, never converted or copied as a whole.
+
+With ``num_threads > 1`` one large batch is sampled by several threads cooperating
+(intra-batch parallelism, for the latency of one big "macro-batch"): every hop's
+expansion (degrees, draws, edge ids and the gather of the sources) is split into
+``num_threads`` contiguous chunks of the frontier, run on a shared thread pool (torch
+ops release the GIL) and concatenated in chunk order, so the layout is the serial one;
+only the relabelling stays serial. Chunk ``c`` of a hop draws from its own generator,
+seeded by an integer drawn from ``generator``, so a sample is reproducible for a given
+generator state and ``num_threads`` (but differs from the ``num_threads=1`` sample).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import NamedTuple
 
 import torch
@@ -41,6 +53,18 @@ __all__ = ["NeighborSample", "check_fanouts", "sample_neighbors", "to_csc"]
 # i.e. only for large fanouts (see benchmarks/bench_sampler.py): with ``k <= 16`` and
 # ``deg > k`` Floyd always wins.
 _KEYS_COST = 16
+
+# With ``num_threads > 1``, a hop whose frontier has fewer nodes than this is expanded
+# chunk by chunk in the calling thread (the chunks, their generators and so the sample
+# are the same; only the thread hand-off, not worth it for small frontiers, is skipped).
+_MIN_PARALLEL = 4096
+
+# Workers of the shared pool; threads are spawned lazily, as many as chunks run at once
+# (``num_threads - 1`` per call: the calling thread expands chunk 0 itself).
+_MAX_WORKERS = 64
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = -1
+_pool_lock = threading.Lock()
 
 
 class NeighborSample(NamedTuple):
@@ -197,6 +221,103 @@ def _without_replacement(deg: Tensor, k: int, generator: torch.Generator | None)
     return chosen
 
 
+def _expand(
+    indptr: Tensor,
+    indices: Tensor,
+    frontier: Tensor,
+    k: int,
+    replace: bool,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One hop from ``frontier``: the sampled edges' CSC ids, their destinations (positions
+    in ``frontier``) and their global sources, edges grouped by destination."""
+    device = frontier.device
+    start = indptr.index_select(0, frontier).long()
+    deg = indptr.index_select(0, frontier + 1).long() - start
+    if k < 0:
+        count = deg
+    elif replace:
+        count = torch.where(deg > 0, k, 0)
+    else:
+        count = deg.clamp(max=k)
+    ptr = torch.cumsum(count, 0) - count
+    total = int(ptr[-1] + count[-1]) if count.numel() else 0
+    if k > 0 and replace:  # k uniform draws for every node with neighbours
+        has = (deg > 0).nonzero().squeeze(1)
+        d = deg.index_select(0, has).unsqueeze(1)
+        draw = _rand(total, generator, device).view(-1, k) * d
+        edge = start.index_select(0, has).unsqueeze(1) + torch.minimum(draw.long(), d - 1)
+        edge, dst = edge.view(-1), has.repeat_interleave(k)
+    else:  # all neighbours in order, then k distinct ones where deg > k
+        dst = torch.repeat_interleave(
+            torch.arange(frontier.numel(), device=device), count, output_size=total
+        )
+        edge = torch.arange(total, device=device) + (start - ptr).index_select(0, dst)
+        sampled = (deg > k).nonzero().squeeze(1) if k > 0 else deg[:0]
+        if sampled.numel():
+            arange_k = torch.arange(k, device=device)
+            slots = ptr.index_select(0, sampled).unsqueeze(1) + arange_k
+            chosen = _without_replacement(deg.index_select(0, sampled), k, generator)
+            chosen += start.index_select(0, sampled).unsqueeze(1)
+            edge.index_copy_(0, slots.view(-1), chosen.view(-1))
+    return edge, dst, indices.index_select(0, edge).long()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The module's thread pool, created on first use (and anew in a forked child, where
+    the parent's worker threads do not exist)."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(_MAX_WORKERS, thread_name_prefix="lightgraph-sampler")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _chunk_generators(generator: torch.Generator | None, n: int) -> list[torch.Generator]:
+    """``n`` fresh CPU generators seeded by ``n`` integers drawn from ``generator`` (the
+    global CPU generator when ``None``)."""
+    where = generator.device if generator is not None else torch.device("cpu")
+    seeds = torch.randint(0, 2**62, (n,), generator=generator, device=where).tolist()
+    return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+def _expand_parallel(
+    indptr: Tensor,
+    indices: Tensor,
+    frontier: Tensor,
+    k: int,
+    replace: bool,
+    generator: torch.Generator | None,
+    num_threads: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_expand` over ``num_threads`` contiguous chunks of ``frontier``, concurrently,
+    concatenated in chunk order (the serial layout)."""
+    m = frontier.numel()
+    gens = _chunk_generators(generator, num_threads)  # drawn even for empty chunks
+    bounds = [m * c // num_threads for c in range(num_threads + 1)]
+
+    def chunk(c: int) -> tuple[Tensor, Tensor, Tensor]:
+        lo, hi = bounds[c], bounds[c + 1]
+        edge, dst, src = _expand(indptr, indices, frontier[lo:hi], k, replace, gens[c])
+        return edge, dst + lo, src
+
+    todo = [c for c in range(num_threads) if bounds[c + 1] > bounds[c]] or [0]
+    if m < _MIN_PARALLEL or len(todo) == 1:
+        parts = [chunk(c) for c in todo]
+    else:
+        futures = [_executor().submit(chunk, c) for c in todo[1:]]
+        try:
+            first = chunk(todo[0])
+        finally:
+            wait(futures)  # no chunk outlives the call, even on an error
+        parts = [first] + [f.result() for f in futures]
+    if len(parts) == 1:
+        return parts[0]
+    edge, dst, src = (torch.cat(p) for p in zip(*parts, strict=True))
+    return edge, dst, src
+
+
 class _Relabel:
     """Global -> local ids of the nodes sampled so far, new nodes in order of appearance.
 
@@ -258,6 +379,7 @@ def sample_neighbors(
     replace: bool = False,
     generator: torch.Generator | None = None,
     node_buffer: Tensor | None = None,
+    num_threads: int = 1,
 ) -> NeighborSample:
     """Sample a ``len(fanouts)``-hop neighbourhood of ``seeds``, uniformly per node.
 
@@ -285,18 +407,31 @@ def sample_neighbors(
         node_buffer: optional ``int64 [num_nodes]`` scratch tensor on the graph's device,
             all ``-1``, for relabelling without sorting (faster on large batches); it is
             ``-1`` again on return. Without it, ``torch.unique`` is used.
+        num_threads: threads that expand every hop together (``>= 1``). With ``n > 1``
+            each hop's frontier is cut into ``n`` contiguous chunks expanded concurrently
+            on a shared pool and concatenated in order, so the layout is the serial one;
+            chunk ``c`` draws from a fresh CPU generator seeded by an integer drawn from
+            ``generator`` (the global CPU generator if ``None``). The sample is then
+            reproducible for a given generator state and ``num_threads``, with the same
+            distribution as, but other draws than, ``num_threads=1`` (the default,
+            unchanged). Pays off on large batches with idle cores; hops with fewer than
+            4096 frontier nodes run their chunks in the calling thread (same sample).
+            These threads add to torch's intra-op threads (each may start its own
+            OpenMP team): on few cores, lower ``torch.set_num_threads`` accordingly.
 
     Returns:
         A :class:`NeighborSample` on the device of ``indptr``.
 
     Raises:
-        ValueError: on a bad ``fanouts`` entry (``0`` or ``< -1``), seeds out of range, or
-            tensors of the wrong shape or dtype (the message names the argument).
+        ValueError: on a bad ``fanouts`` entry (``0`` or ``< -1``), seeds out of range,
+            ``num_threads < 1``, or tensors of the wrong shape or dtype (the message names
+            the argument).
     """
     owner = "sample_neighbors"
     num_nodes = _check_csc(owner, indptr, indices)
     fanouts = check_fanouts(owner, fanouts)
     check_bool(owner, "replace", replace)
+    num_threads = check_int(owner, "num_threads", num_threads, low=1)
     if generator is not None:
         check_type(owner, "generator", generator, torch.Generator)
     device = indptr.device
@@ -323,35 +458,14 @@ def sample_neighbors(
         num_sampled_edges: list[int] = []
         frontier, frontier_start = seeds, 0
         for k in fanouts:
-            start = indptr.index_select(0, frontier).long()
-            deg = indptr.index_select(0, frontier + 1).long() - start
-            if k < 0:
-                count = deg
-            elif replace:
-                count = torch.where(deg > 0, k, 0)
+            if num_threads == 1:
+                edge, dst, src = _expand(indptr, indices, frontier, k, replace, generator)
             else:
-                count = deg.clamp(max=k)
-            ptr = torch.cumsum(count, 0) - count
-            total = int(ptr[-1] + count[-1]) if count.numel() else 0
-            if k > 0 and replace:  # k uniform draws for every node with neighbours
-                has = (deg > 0).nonzero().squeeze(1)
-                d = deg.index_select(0, has).unsqueeze(1)
-                draw = _rand(total, generator, device).view(-1, k) * d
-                edge = start.index_select(0, has).unsqueeze(1) + torch.minimum(draw.long(), d - 1)
-                edge, dst = edge.view(-1), has.repeat_interleave(k)
-            else:  # all neighbours in order, then k distinct ones where deg > k
-                dst = torch.repeat_interleave(
-                    torch.arange(frontier.numel(), device=device), count, output_size=total
+                edge, dst, src = _expand_parallel(
+                    indptr, indices, frontier, k, replace, generator, num_threads
                 )
-                edge = torch.arange(total, device=device) + (start - ptr).index_select(0, dst)
-                sampled = (deg > k).nonzero().squeeze(1) if k > 0 else deg[:0]
-                if sampled.numel():
-                    arange_k = torch.arange(k, device=device)
-                    slots = ptr.index_select(0, sampled).unsqueeze(1) + arange_k
-                    chosen = _without_replacement(deg.index_select(0, sampled), k, generator)
-                    chosen += start.index_select(0, sampled).unsqueeze(1)
-                    edge.index_copy_(0, slots.view(-1), chosen.view(-1))
-            row, new = relabel(indices.index_select(0, edge).long())
+            total = edge.numel()
+            row, new = relabel(src)
             rows.append(row)
             cols.append(dst + frontier_start)
             edges.append(edge)

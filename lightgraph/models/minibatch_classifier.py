@@ -13,6 +13,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
 
 from lightgraph.data.full_graph_batch import FullGraphBatch
+from lightgraph.nn.history import HistoricalEmbeddings, history_forward
 from lightgraph.nn.layerwise import layerwise_inference
 from lightgraph.utilities.checks import check_bool, check_non_negative, check_positive
 from lightgraph.utilities.timing import Stopwatch
@@ -71,7 +72,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 f"{owner}: expected `model` to be a torch.nn.Module (e.g. "
                 f"torch_geometric.nn.models.GraphSAGE) but got {type(model).__name__}."
             )
-        check_positive(owner, "lr", lr)
+        check_non_negative(owner, "lr", lr)
         check_non_negative(owner, "weight_decay", weight_decay)
         check_bool(owner, "trim", trim)
         check_positive(owner, "inference_chunk_size", inference_chunk_size)
@@ -107,8 +108,6 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         edges_per_hop = getattr(batch, "num_sampled_edges", None)
         trims = self._trims() and nodes_per_hop is not None and edges_per_hop is not None
         if getattr(batch, "halo_index", None) is not None:
-            from lightgraph.nn.history import history_forward
-
             return history_forward(
                 self.model,
                 batch.x,
@@ -238,8 +237,6 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 f"samples {layers + 1} hops (fanouts); make them equal."
             )
         if self.history is None:
-            from lightgraph.nn.history import HistoricalEmbeddings
-
             self.history = HistoricalEmbeddings(int(datamodule.num_store_nodes))
         # Historical embeddings start from the exact embeddings of the initial model
         # (GNNAutoScale's warm-up fill), not from zeros; a resumed run keeps its table.
@@ -264,8 +261,6 @@ class MiniBatchNodeClassifier(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("history")
         if saved is not None:
-            from lightgraph.nn.history import HistoricalEmbeddings
-
             table = HistoricalEmbeddings(int(saved["num_nodes"]))
             table.load_state_dict(saved["state"])
             self.history = table

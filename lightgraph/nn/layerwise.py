@@ -53,6 +53,7 @@ def layerwise_inference(
     chunk_size: int = 4096,
     device: torch.device | str | None = None,
     buffer: Callable[[int, int, int], Tensor] | None = None,
+    depth: int | None = None,
 ) -> Tensor:
     """Every node's output of ``model`` (a PyG ``BasicGNN``), one layer at a time.
 
@@ -68,9 +69,15 @@ def layerwise_inference(
         buffer: ``buffer(layer, num_nodes, channels) -> Tensor`` allocates each layer's
             output (e.g. a memory-mapped file for graphs whose embeddings exceed memory);
             default: an ordinary CPU tensor.
+        depth: run only the first ``depth`` layers (default: all of them) and return the
+            output of layer ``depth - 1``; for ``depth < model.num_layers`` that is a
+            hidden layer's output (activation and norm applied, as in the full forward
+            pass in eval mode). With ``buffer``, every layer's output stays readable in
+            the tensors ``buffer`` returned, e.g. to keep all hidden embeddings.
 
     Returns:
-        ``[num_nodes, out_channels]`` outputs (on the CPU, or whatever ``buffer`` gives).
+        ``[num_nodes, out_channels]`` outputs (on the CPU, or whatever ``buffer`` gives);
+        ``[num_nodes, hidden_channels]`` with ``depth < model.num_layers``.
     """
     owner = "layerwise_inference"
     convs = getattr(model, "convs", None)
@@ -86,6 +93,10 @@ def layerwise_inference(
             f"one layer at a time) but got jk={jk_mode!r}."
         )
     chunk_size = check_int(owner, "chunk_size", chunk_size, low=1)
+    num_layers = len(convs)
+    if depth is not None:
+        depth = check_int(owner, "depth", depth, low=1, high=num_layers)
+    num_run = num_layers if depth is None else depth
     num_nodes = int(indptr.numel()) - 1
     if x.size(0) != num_nodes:
         raise ValueError(
@@ -101,6 +112,8 @@ def layerwise_inference(
     current = x
     try:
         for i, conv in enumerate(model.convs):
+            if i >= num_run:
+                break
             last = i == model.num_layers - 1
             out: Tensor | None = None
             for start in range(0, num_nodes, chunk_size):

@@ -162,7 +162,7 @@ def test_pbs_history_batches_carry_halo_and_push_rows(tmp_path):
             [torch.full_like(batch.halo_index[layer], layer), nodes[batch.halo_index[layer]]], 1
         ).double()
         assert torch.equal(batch.hist[layer], want)
-        pushed = (~is_halo[: ends[1 - layer]]).nonzero().view(-1)
+        pushed = (~is_halo[:rows]).nonzero().view(-1)
         assert torch.equal(batch.push_index[layer], pushed)
         assert torch.equal(batch.push_ids[layer], nodes[pushed])
     # Halo nodes are leaves: no sampled edge points into them.

@@ -8,15 +8,18 @@ sample drawn from memmapped int32 CSC arrays.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections import defaultdict
 
 import numpy as np
 import pytest
 import torch
+from scipy.stats import chi2
 from torch.overrides import TorchFunctionMode
 from torch_geometric.nn import SAGEConv
 
+import lightgraph.functional.neighbor_sampling as ns
 from lightgraph.functional.neighbor_sampling import NeighborSample, sample_neighbors, to_csc
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -129,20 +132,15 @@ def test_inclusion_frequency_with_replacement(deg, k):
 
 
 # ------------------------------------------------------------------------------ structure
-@pytest.mark.parametrize("replace", [False, True])
-def test_fanout_caps_and_edges_exist(replace):
-    ei = random_graph()
-    n = 60
-    indptr, indices = to_csc(ei, n)
+def assert_valid_sample(out, ei, indptr, indices, seeds, fanouts, replace):
+    """Every structural property of a sample (shared by the serial and threaded tests)."""
     edges = set(map(tuple, ei.t().tolist()))
     deg = indptr.diff()
-    fanouts = [4, 3, 2]
-    seeds = torch.tensor([0, 1, 7, 7, 30])  # a hub and a repeated seed
-    out = sample_neighbors(indptr, indices, seeds, fanouts, replace=replace, generator=gen(4))
     assert torch.equal(out.node[: seeds.numel()], seeds)
     assert sum(out.num_sampled_nodes) == out.node.numel()
     assert sum(out.num_sampled_edges) == out.row.numel() == out.col.numel() == out.edge.numel()
-    assert len(out.num_sampled_nodes) == 4 and len(out.num_sampled_edges) == 3
+    assert len(out.num_sampled_nodes) == len(fanouts) + 1
+    assert len(out.num_sampled_edges) == len(fanouts)
     # every sampled edge is an edge of the graph, and `edge` is its CSC position
     src, dst = out.node[out.row], out.node[out.col]
     assert all((u, v) in edges for u, v in zip(src.tolist(), dst.tolist(), strict=True))
@@ -157,15 +155,30 @@ def test_fanout_caps_and_edges_exist(replace):
         row, col = out.row[e0 : e0 + m], out.col[e0 : e0 + m]
         lo, hi = ranges[h]
         assert ((col >= lo) & (col < hi)).all()  # hop h+1 expands the nodes of hop h
+        assert (col.diff() >= 0).all()  # edges grouped by destination, in node order
         assert (row < ranges[h + 1][1]).all()  # sources are known by the end of hop h+1
+        # the nodes new at hop h+1 are its sources unseen before, in order of appearance
+        seen = set(out.node[: ranges[h + 1][0]].tolist())
+        first = [u for u in dict.fromkeys(out.node[row].tolist()) if u not in seen]
+        assert out.node[ranges[h + 1][0] : ranges[h + 1][1]].tolist() == first
         per_dst = torch.bincount(col - lo, minlength=hi - lo)
         d = deg[out.node[lo:hi]]
-        expected = torch.where(d > 0, k, 0) if replace else d.clamp(max=k)
+        expected = d if k < 0 else torch.where(d > 0, k, 0) if replace else d.clamp(max=k)
         assert torch.equal(per_dst, expected)
         if not replace:  # no repeated neighbour of one destination
             pairs = torch.stack([col, out.node[row]])
             assert torch.unique(pairs, dim=1).size(1) == m
         e0 += m
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_fanout_caps_and_edges_exist(replace):
+    ei = random_graph()
+    indptr, indices = to_csc(ei, 60)
+    fanouts = [4, 3, 2]
+    seeds = torch.tensor([0, 1, 7, 7, 30])  # a hub and a repeated seed
+    out = sample_neighbors(indptr, indices, seeds, fanouts, replace=replace, generator=gen(4))
+    assert_valid_sample(out, ei, indptr, indices, seeds, fanouts, replace)
 
 
 def bfs_in(ei: torch.Tensor, seeds: list[int], hops: int) -> tuple[list[set], set]:
@@ -343,3 +356,257 @@ def test_bad_inputs():
         sample_neighbors(indptr, indices, torch.tensor([0]), [2], node_buffer=torch.full((3,), -1))
     with pytest.raises(ValueError, match=r"to_csc: expected node ids in `edge_index`"):
         to_csc(torch.tensor([[0, 5], [1, 2]]), 4)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2", None])
+def test_bad_num_threads(bad):
+    indptr, indices = to_csc(star_in(3), 4)
+    with pytest.raises(
+        ValueError,
+        match=r"sample_neighbors: expected `num_threads` to be a "
+        r"positive integer but got",
+    ):
+        sample_neighbors(indptr, indices, torch.tensor([0]), [2], num_threads=bad)
+
+
+# ------------------------------------------------------------- intra-batch threads
+THREADS = [2, 3, 4]
+
+
+@pytest.fixture(params=["pool", "inline"])
+def execution(request, monkeypatch):
+    """Chunks run on the thread pool (every hop) or all in the calling thread (the
+    small-frontier path); the sample must not depend on which."""
+    monkeypatch.setattr(ns, "_MIN_PARALLEL", 0 if request.param == "pool" else 10**9)
+    return request.param
+
+
+def assert_same(a: NeighborSample, b: NeighborSample) -> None:
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and torch.equal(x, y.to(x.device))
+        else:
+            assert x == y
+
+
+def test_one_thread_is_the_serial_sampler():
+    ei = random_graph(100, 900, seed=20)
+    indptr, indices = to_csc(ei, 100)
+    seeds = torch.arange(0, 100, 3)
+    for replace in (False, True):
+        g1, g2 = gen(21), gen(21)
+        a = sample_neighbors(indptr, indices, seeds, [5, 60, 2], replace, g1)
+        b = sample_neighbors(indptr, indices, seeds, [5, 60, 2], replace, g2, num_threads=1)
+        assert_same(a, b)
+        assert torch.equal(g1.get_state(), g2.get_state())  # same draws consumed
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("replace", [False, True])
+def test_threads_reproducible(num_threads, replace, execution, monkeypatch):
+    ei = random_graph(300, 4000, seed=22)
+    indptr, indices = to_csc(ei, 300)
+    seeds = torch.randint(0, 300, (120,), generator=gen(23))
+    fanouts = [6, 4, 60]  # 60: random keys on the hubs, Floyd elsewhere
+
+    def draw(seed, **kw):
+        return sample_neighbors(
+            indptr, indices, seeds, fanouts, replace, gen(seed), num_threads=num_threads, **kw
+        )
+
+    a = draw(24)
+    assert_same(a, draw(24))
+    buffer = torch.full((300,), -1, dtype=torch.long)
+    assert_same(a, draw(24, node_buffer=buffer))
+    assert (buffer == -1).all()
+    assert not torch.equal(a.edge, draw(25).edge)
+    # pool and inline execution draw the same chunks from the same generators
+    other = 10**9 if execution == "pool" else 0
+    monkeypatch.setattr(ns, "_MIN_PARALLEL", other)
+    assert_same(a, draw(24))
+    # the global CPU generator serves when none is given
+    torch.manual_seed(26)
+    b = sample_neighbors(indptr, indices, seeds, fanouts, replace, num_threads=num_threads)
+    torch.manual_seed(26)
+    c = sample_neighbors(indptr, indices, seeds, fanouts, replace, num_threads=num_threads)
+    assert_same(b, c)
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("replace", [False, True])
+def test_threads_structure(num_threads, replace, execution):
+    ei = random_graph(200, 2500, seed=27)
+    indptr, indices = to_csc(ei, 200)
+    seeds = torch.cat(
+        [torch.tensor([0, 1, 2, 9, 9]), torch.randint(0, 200, (37,), generator=gen(28))]
+    )
+    fanouts = [5, 3, 50, 2]
+    out = sample_neighbors(
+        indptr, indices, seeds, fanouts, replace, gen(29), num_threads=num_threads
+    )
+    assert_valid_sample(out, ei, indptr, indices, seeds, fanouts, replace)
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_threads_keep_the_serial_layout(num_threads, execution):
+    """Without randomness (full fanouts, or fanouts above every degree) the threaded sample
+    is the serial one, bit for bit: chunks are concatenated in frontier order."""
+    ei = random_graph(150, 700, seed=30)
+    indptr, indices = to_csc(ei, 150)
+    seeds = torch.tensor([4, 0, 99, 4, 17, 3, 120])
+    buffer = torch.full((150,), -1, dtype=torch.long)
+    for fanouts in ([-1, -1, -1], [1000, -1]):
+        serial = sample_neighbors(indptr, indices, seeds, fanouts)
+        for buf in (None, buffer):
+            got = sample_neighbors(
+                indptr, indices, seeds, fanouts, node_buffer=buf, num_threads=num_threads
+            )
+            assert_same(serial, got)
+    # isolated seeds, then empty frontiers; and no seeds at all
+    indptr, indices = to_csc(star_in(4), 8)
+    for seeds in (torch.tensor([6, 7, 6]), torch.empty(0, dtype=torch.long)):
+        assert_same(
+            sample_neighbors(indptr, indices, seeds, [2, 2]),
+            sample_neighbors(indptr, indices, seeds, [2, 2], num_threads=num_threads),
+        )
+
+
+def inclusion_chi2(draws: torch.Tensor, first: int, deg: int) -> float:
+    """p-value of the per-neighbour inclusion counts of ``[n, k]`` uniform k-subsets of
+    the neighbours ``first .. first + deg - 1``.
+
+    The inclusion indicators of a uniform k-subset have variance ``p (1 - p)``, ``p = k /
+    deg``, and covariance ``-p (1 - p) / (deg - 1)``, so ``sum (c - n p)^2 / (n p (1 - p)
+    deg / (deg - 1))`` is chi-square with ``deg - 1`` degrees of freedom.
+    """
+    n, k = draws.shape
+    assert ((draws >= first) & (draws < first + deg)).all()
+    counts = torch.bincount(draws.flatten() - first, minlength=deg).double()
+    p = k / deg
+    stat = float(((counts - n * p) ** 2).sum()) / (n * p * (1 - p) * deg / (deg - 1))
+    return float(chi2.sf(stat, deg - 1))
+
+
+@pytest.mark.parametrize("num_threads", [3, 4])
+@pytest.mark.parametrize("d0,d1,k", [(12, 40, 5), (40, 300, 30)])
+def test_threads_inclusion_frequency_without_replacement(num_threads, d0, d1, k, monkeypatch):
+    monkeypatch.setattr(ns, "_MIN_PARALLEL", 0)
+    c1 = d0 + d1 + 1
+    indptr, indices = to_csc(two_stars(d0, d1), c1 + 1)
+    n = 3001  # chunks of unequal size, both centres in every chunk
+    seeds = torch.tensor([0, c1]).repeat(n)
+    out = sample_neighbors(indptr, indices, seeds, [k], generator=gen(31), num_threads=num_threads)
+    per_draw = out.node[out.row].view(2 * n, k)
+    assert (per_draw.sort(1).values.diff(dim=1) > 0).all()  # distinct within a draw
+    p_values = []
+    for centre, deg, first in ((0, d0, 1), (c1, d1, d0 + 1)):
+        p_values.append(inclusion_chi2(per_draw[seeds == centre], first, deg))
+        # every chunk on its own is uniform too (a chunk-dependent bias would show here)
+        bounds = [2 * n * c // num_threads for c in range(num_threads + 1)]
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            mine = (seeds == centre) & (torch.arange(2 * n) >= lo) & (torch.arange(2 * n) < hi)
+            p_values.append(inclusion_chi2(per_draw[mine], first, deg))
+    assert min(p_values) > 1e-4, p_values
+
+
+@pytest.mark.parametrize("num_threads", [2, 3])
+def test_threads_subsets_and_draws_are_uniform(num_threads, monkeypatch):
+    monkeypatch.setattr(ns, "_MIN_PARALLEL", 0)
+    deg, n = 5, 6000
+    indptr, indices = to_csc(star_in(deg), deg + 1)
+    seeds = torch.zeros(n, dtype=torch.long)
+    # without replacement: the 10 pairs of 5 neighbours, each with probability 1/10
+    out = sample_neighbors(indptr, indices, seeds, [2], generator=gen(32), num_threads=num_threads)
+    pairs = out.node[out.row].view(n, 2).sort(1).values
+    codes = (pairs[:, 0] - 1) * deg + (pairs[:, 1] - 1)
+    counts = torch.bincount(codes, minlength=deg * deg).double()
+    counts = counts[[a * deg + b for a in range(deg) for b in range(a + 1, deg)]]
+    assert counts.sum() == n
+    assert chi2.sf(float(((counts - n / 10) ** 2).sum()) / (n / 10), 9) > 1e-4
+    # chunks draw independently: equal chunks of one repeated seed differ
+    per_chunk = pairs[: n // num_threads * num_threads].view(num_threads, -1, 2)
+    assert not torch.equal(per_chunk[0], per_chunk[1])
+    # with replacement every single draw is uniform (Pearson's test on the draw counts)
+    k = 4
+    out = sample_neighbors(
+        indptr, indices, seeds, [k], replace=True, generator=gen(33), num_threads=num_threads
+    )
+    draws = torch.bincount(out.node[out.row] - 1, minlength=deg).double()
+    e = n * k / deg
+    assert chi2.sf(float(((draws - e) ** 2).sum()) / e, deg - 1) > 1e-4
+
+
+def test_threads_on_memmapped_int32(tmp_path, monkeypatch):
+    monkeypatch.setattr(ns, "_MIN_PARALLEL", 0)
+    ei = random_graph(60, 500, seed=34)
+    indptr, indices = to_csc(ei, 60)
+    arrays = []
+    for name, t in (("indptr", indptr), ("indices", indices)):
+        mm = np.memmap(tmp_path / name, dtype=np.int32, mode="w+", shape=(t.numel(),))
+        mm[:] = t.numpy()
+        arrays.append(torch.from_numpy(mm))
+    seeds = torch.tensor([0, 9, 33, 2, 41])
+    for replace in (False, True):
+        ref = sample_neighbors(indptr, indices, seeds, [5, 3, 2], replace, gen(35), num_threads=3)
+        got = sample_neighbors(*arrays, seeds, [5, 3, 2], replace, gen(35), num_threads=3)
+        assert_same(ref, got)
+
+
+def test_threads_are_reused_not_leaked(monkeypatch):
+    monkeypatch.setattr(ns, "_MIN_PARALLEL", 0)
+    indptr, indices = to_csc(random_graph(100, 900, seed=36), 100)
+    seeds = torch.arange(100)
+
+    def workers() -> int:
+        return sum(t.name.startswith("lightgraph-sampler") for t in threading.enumerate())
+
+    for _ in range(20):
+        sample_neighbors(indptr, indices, seeds, [3, 2], generator=gen(37), num_threads=4)
+    after = workers()
+    assert 1 <= after <= 3  # the caller expands chunk 0 itself
+    for _ in range(20):
+        sample_neighbors(indptr, indices, seeds, [3, 2], generator=gen(37), num_threads=3)
+    assert workers() == after
+
+
+def test_threads_wait_for_every_chunk_on_error(monkeypatch):
+    """A failing chunk raises in the caller, after the other chunks have finished."""
+    monkeypatch.setattr(ns, "_MIN_PARALLEL", 0)
+    indptr, indices = to_csc(random_graph(100, 900, seed=38), 100)
+    done = []
+    expand = ns._expand
+
+    def flaky(indptr, indices, frontier, *args):
+        if frontier.numel() and int(frontier[0]) == 0:
+            raise RuntimeError("chunk failed")
+        out = expand(indptr, indices, frontier, *args)
+        done.append(frontier.numel())
+        return out
+
+    monkeypatch.setattr(ns, "_expand", flaky)
+    buffer = torch.full((100,), -1, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="chunk failed"):
+        sample_neighbors(indptr, indices, torch.arange(100), [3], node_buffer=buffer, num_threads=4)
+    assert sorted(done) == [25, 25, 25] and (buffer == -1).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("replace", [False, True])
+def test_threads_cuda_match_cpu_with_a_cpu_generator(replace, execution):
+    ei = random_graph(200, 3000, seed=39)
+    indptr, indices = to_csc(ei, 200)
+    seeds = torch.arange(0, 200, 3)
+    cpu = sample_neighbors(indptr, indices, seeds, [6, 4, 60], replace, gen(40), num_threads=3)
+    buffer = torch.full((200,), -1, dtype=torch.long, device="cuda")
+    cuda = sample_neighbors(
+        indptr.cuda().int(),
+        indices.cuda(),
+        seeds.cuda(),
+        [6, 4, 60],
+        replace,
+        gen(40),
+        buffer,
+        num_threads=3,
+    )
+    assert cuda.node.is_cuda
+    assert_same(cpu, cuda)

@@ -1,0 +1,391 @@
+"""Historical embeddings for partition-based sampling (JOESTAR's PBS, GNNAutoScale style).
+
+A PBS mini-batch is a neighbour sample taken inside a *macro-batch*: a few graph
+partitions (the *inner* nodes, which keep all their in-edges) plus their 1-hop *halo*
+(in-neighbours of inner nodes that lie outside those partitions). Halo nodes have no
+in-edges in the macro-batch, so any hidden embedding computed for them would be wrong.
+As in GNNAutoScale (`Fey et al., 2021 <https://arxiv.org/abs/2106.05609>`_), their
+hidden embeddings are read from a table of *historical* embeddings, one table per
+hidden layer, kept on the host and refreshed with the embeddings the training steps
+compute for non-halo nodes.
+
+Chosen semantics for the inputs of halo nodes (the thesis leaves this open): **halo
+nodes carry their real input features**, so the first layer's aggregation over halo
+neighbours is exact (as in GNNAutoScale); **their outputs of hidden layers 1..L-1**
+(0-based ``l = 0..L-2``) **come from the history tables**. The tables are not
+zero-initialised: :meth:`HistoricalEmbeddings.fill` computes every hidden layer's exact
+embeddings of the initial model first (GNNAutoScale's warm-up fill).
+
+* :class:`HistoricalEmbeddings` is the table: :meth:`~HistoricalEmbeddings.pull` rows
+  (node ids of the graph) of one layer, :meth:`~HistoricalEmbeddings.push` fresh rows
+  back, :meth:`~HistoricalEmbeddings.fill` all layers exactly.
+* :func:`history_forward` runs a PyG ``BasicGNN`` over a mini-batch exactly as
+  ``BasicGNN.forward`` does, but splices the pulled history into the halo rows of every
+  hidden layer's output.
+
+Row layout with trimming (``num_sampled_nodes`` given, nodes and edges ordered by hop):
+the output of layer ``l`` holds the rows of hops ``0..L-l``; ``halo_index[l]`` are the
+halo positions among hops ``0..L-1-l`` (the rows layer ``l + 1`` reads); the caller
+pushes, for layer ``l``, the non-halo rows among hops ``0..L-2-l``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightgraph.nn.layerwise import layerwise_inference
+from lightgraph.utilities.checks import check_int, check_type
+
+__all__ = ["HistoricalEmbeddings", "history_forward"]
+
+
+def _check_ids(owner: str, name: str, ids: Any, num_nodes: int) -> Tensor:
+    check_type(owner, name, ids, Tensor, "a 1-D integer tensor of node ids")
+    if (
+        ids.dim() != 1
+        or ids.dtype.is_floating_point
+        or ids.dtype.is_complex
+        or ids.dtype == torch.bool
+    ):
+        raise ValueError(
+            f"{owner}: expected `{name}` to be a 1-D integer tensor of node ids but got a "
+            f"{ids.dim()}-D {ids.dtype} tensor."
+        )
+    if ids.numel() > 0:
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= num_nodes:
+            raise IndexError(
+                f"{owner}: expected `{name}` to hold node ids in [0, {num_nodes}) but got ids "
+                f"in [{lo}, {hi}]."
+            )
+    return ids.to(torch.long)
+
+
+class HistoricalEmbeddings:
+    """One table per hidden layer of a ``BasicGNN``, rows indexed by the graph's node ids.
+
+    ``tables[l]`` (``[num_nodes, d_l]``) holds the output of hidden layer ``l``
+    (``l = 0..L-2``: after its norm and activation, before dropout), for every node of
+    the graph (store row ids). The tables are allocated by :meth:`fill` or, lazily and
+    zero-initialised, by the first :meth:`push` of each layer (in layer order).
+
+    Args:
+        num_nodes: rows of every table (nodes of the graph).
+        device: where the tables live (default: host memory).
+        dtype: floating dtype of the tables (e.g. ``torch.float16`` halves their size).
+
+    Attributes:
+        filled: ``True`` once :meth:`fill` ran (or a filled table was loaded).
+        tables: the per-layer tables.
+        stats: ``{"bytes_pulled", "bytes_pushed"}``, bytes of table rows read by
+            :meth:`pull` and written by :meth:`push` (:meth:`reset_stats` zeroes them).
+    """
+
+    def __init__(
+        self,
+        num_nodes: int,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        owner = "HistoricalEmbeddings"
+        self.num_nodes = check_int(owner, "num_nodes", num_nodes, low=1)
+        check_type(owner, "device", device, (str, torch.device), "e.g. 'cpu' or 'cuda:0'")
+        self.device = torch.device(device)
+        check_type(owner, "dtype", dtype, torch.dtype, "e.g. torch.float32")
+        if not dtype.is_floating_point:
+            raise ValueError(
+                f"{owner}: expected `dtype` to be a floating dtype (torch.float32, "
+                f"torch.float16, torch.bfloat16, ...) but got {dtype}."
+            )
+        self.dtype = dtype
+        self.tables: list[Tensor] = []
+        self.filled = False
+        self.stats: dict[str, int] = {"bytes_pulled": 0, "bytes_pushed": 0}
+
+    def __repr__(self) -> str:
+        widths = [int(t.size(1)) for t in self.tables]
+        return (
+            f"HistoricalEmbeddings(num_nodes={self.num_nodes}, widths={widths}, "
+            f"dtype={self.dtype}, device={self.device}, filled={self.filled})"
+        )
+
+    def num_layers(self) -> int:
+        """Number of allocated tables (hidden layers)."""
+        return len(self.tables)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the tables."""
+        return sum(t.numel() * t.element_size() for t in self.tables)
+
+    def reset_stats(self) -> None:
+        """Zero :attr:`stats`."""
+        self.stats = {"bytes_pulled": 0, "bytes_pushed": 0}
+
+    def _check_layer(self, owner: str, layer: Any, allow_next: bool = False) -> int:
+        n = self.num_layers()
+        high = n if allow_next else n - 1
+        if high < 0:
+            raise ValueError(
+                f"{owner}: expected `layer` to name an allocated table but the history has no "
+                f"tables yet (call fill() or push() first); got layer={layer!r}."
+            )
+        return check_int(owner, "layer", layer, low=0, high=high)
+
+    def pull(self, layer: int, ids: Tensor) -> Tensor:
+        """A copy of the rows ``ids`` of table ``layer`` (on the table's device and dtype)."""
+        owner = "HistoricalEmbeddings.pull"
+        layer = self._check_layer(owner, layer)
+        table = self.tables[layer]
+        ids = _check_ids(owner, "ids", ids, self.num_nodes).to(table.device)
+        rows = table.index_select(0, ids)
+        self.stats["bytes_pulled"] += rows.numel() * rows.element_size()
+        return rows
+
+    def push(self, layer: int, ids: Tensor, values: Tensor) -> None:
+        """Write ``values`` (detached, moved to the table's device and dtype) into rows ``ids``.
+
+        The first push of layer ``num_layers()`` allocates that table (zeros, width
+        ``values.size(1)``). With repeated ids, which of their values is kept is unspecified.
+        """
+        owner = "HistoricalEmbeddings.push"
+        layer = self._check_layer(owner, layer, allow_next=True)
+        ids = _check_ids(owner, "ids", ids, self.num_nodes)
+        check_type(owner, "values", values, Tensor)
+        if values.dim() != 2 or values.size(0) != ids.numel():
+            raise ValueError(
+                f"{owner}: expected `values` to be a 2-D tensor with one row per id "
+                f"([{ids.numel()}, d]) but got shape {tuple(values.shape)}."
+            )
+        if layer == self.num_layers():
+            self.tables.append(
+                torch.zeros(self.num_nodes, values.size(1), dtype=self.dtype, device=self.device)
+            )
+        table = self.tables[layer]
+        if values.size(1) != table.size(1):
+            raise ValueError(
+                f"{owner}: expected `values` to have the width of table {layer} "
+                f"({table.size(1)}) but got {values.size(1)} columns."
+            )
+        table.index_copy_(
+            0, ids.to(table.device), values.detach().to(device=table.device, dtype=table.dtype)
+        )
+        self.stats["bytes_pushed"] += values.size(0) * table.size(1) * table.element_size()
+
+    @torch.no_grad()
+    def fill(
+        self,
+        model: nn.Module,
+        indptr: Tensor,
+        indices: Tensor,
+        x: Tensor,
+        chunk_size: int = 8192,
+        device: str | torch.device | None = None,
+    ) -> None:
+        """Exact embeddings of every hidden layer for every node (GNNAutoScale's warm-up fill).
+
+        Runs :func:`~lightgraph.nn.layerwise.layerwise_inference` (eval mode) over the whole
+        CSC graph up to the last hidden layer and keeps each layer's output as its table
+        (replacing any existing tables). Exact for mean/sum/max/attention aggregations;
+        GCN's chunked normalisation is exact only with ``chunk_size >= num_nodes``.
+
+        Args:
+            model: a PyG ``BasicGNN`` (``jk`` ``None`` or ``"last"``).
+            indptr: CSC row pointers ``[num_nodes + 1]``.
+            indices: CSC sources.
+            x: input features ``[num_nodes, in_channels]``.
+            chunk_size: destination nodes per chunk.
+            device: where the layers run (default: the model's device).
+        """
+        owner = "HistoricalEmbeddings.fill"
+        check_type(owner, "indptr", indptr, Tensor)
+        if indptr.numel() - 1 != self.num_nodes:
+            raise ValueError(
+                f"{owner}: expected `indptr` to describe a graph of num_nodes={self.num_nodes} "
+                f"nodes ({self.num_nodes + 1} entries) but got {indptr.numel()} entries."
+            )
+        convs = getattr(model, "convs", None)
+        if convs is None:
+            raise TypeError(
+                f"{owner}: expected `model` to be a torch_geometric BasicGNN (GraphSAGE, GAT, "
+                f"GCN, GIN, ...) with `convs` and `norms` but got {type(model).__name__}."
+            )
+        hidden = len(convs) - 1
+        buffers: list[Tensor] = []
+
+        def buffer(layer: int, num_nodes: int, channels: int) -> Tensor:
+            # Computed in float32; cast to the table dtype once every layer is done, so a
+            # low-precision table does not feed rounded inputs to the next layer.
+            out = torch.empty(num_nodes, channels, dtype=torch.float32, device=self.device)
+            buffers.append(out)
+            return out
+
+        if hidden > 0:
+            layerwise_inference(
+                model,
+                indptr,
+                indices,
+                x,
+                chunk_size=chunk_size,
+                device=device,
+                buffer=buffer,
+                depth=hidden,
+            )
+        elif getattr(model, "jk_mode", None) not in (None, "last"):
+            raise ValueError(
+                f"{owner}: expected a model with jk in (None, 'last') but got jk={model.jk_mode!r}."
+            )
+        self.tables = [b.to(self.dtype) for b in buffers]
+        self.filled = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"num_nodes", "filled", "tables"}`` (the tables are not copied)."""
+        return {"num_nodes": self.num_nodes, "filled": self.filled, "tables": list(self.tables)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore tables and ``filled`` (tables moved to this history's device and dtype)."""
+        owner = "HistoricalEmbeddings.load_state_dict"
+        check_type(owner, "state", state, dict, "from HistoricalEmbeddings.state_dict()")
+        missing = [k for k in ("num_nodes", "filled", "tables") if k not in state]
+        if missing:
+            raise ValueError(
+                f"{owner}: expected `state` to have keys ('num_nodes', 'filled', 'tables') but "
+                f"it lacks {tuple(missing)}."
+            )
+        if int(state["num_nodes"]) != self.num_nodes:
+            raise ValueError(
+                f"{owner}: expected `state['num_nodes']` to equal num_nodes={self.num_nodes} "
+                f"but got {state['num_nodes']}."
+            )
+        tables = []
+        for i, t in enumerate(state["tables"]):
+            if not isinstance(t, Tensor) or t.dim() != 2 or t.size(0) != self.num_nodes:
+                shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(
+                    f"{owner}: expected `state['tables'][{i}]` to be a [{self.num_nodes}, d] "
+                    f"tensor but got {shape}."
+                )
+            tables.append(t.detach().to(device=self.device, dtype=self.dtype, copy=True))
+        self.tables = tables
+        self.filled = bool(state["filled"])
+
+
+def _trim(model: nn.Module, layer: int, nodes: list[int], edges: list[int], x: Tensor, ei: Tensor):
+    trim = getattr(model, "_trim", None)
+    if trim is not None:
+        x, ei, _ = trim(layer, nodes, edges, x, ei, None)
+        return x, ei
+    from torch_geometric.utils import trim_to_layer
+
+    x, ei, _ = trim_to_layer(layer, nodes, edges, x, ei)
+    return x, ei
+
+
+def history_forward(
+    model: nn.Module,
+    x: Tensor,
+    edge_index: Tensor,
+    num_sampled_nodes: list[int] | None,
+    num_sampled_edges: list[int] | None,
+    halo_index: list[Tensor],
+    hist: list[Tensor],
+) -> tuple[Tensor, list[Tensor]]:
+    """``BasicGNN.forward`` with historical embeddings spliced into the halo rows.
+
+    Runs ``model`` layer by layer exactly as PyG's ``BasicGNN.forward`` does (trimming
+    to the layer when the per-hop counts are given; activation, norm and dropout in the
+    same order), except that after hidden layer ``l`` (``l = 0..L-2``) has produced its
+    output and its norm and activation are applied, *before* dropout, the rows
+    ``halo_index[l]`` are replaced (out of place) by ``hist[l]``, which are constants
+    (no gradient flows into them). All shapes are static, so the function traces under
+    ``torch.compile``.
+
+    Args:
+        model: a PyG ``BasicGNN`` (``convs``, ``norms``, ``act``, ``act_first``,
+            ``dropout``, optional ``lin``) with ``jk`` ``None`` or ``"last"``. Convs are
+            called as ``conv(x, edge_index)`` (no edge weights or features).
+        x: input features of the sampled nodes (ordered by hop with trimming).
+        edge_index: ``[2, E]`` local edges, messages ``edge_index[0] -> edge_index[1]``.
+        num_sampled_nodes: nodes per hop (``L + 1`` entries) to trim, or ``None``.
+        num_sampled_edges: edges per hop (``L`` entries) to trim, or ``None``.
+        halo_index: ``L - 1`` integer tensors, local rows of the halo nodes in the output
+            of hidden layer ``l`` (with trimming: among hops ``0..L-1-l``).
+        hist: ``L - 1`` tensors ``[len(halo_index[l]), d_l]``, the history of those rows.
+
+    Returns:
+        ``(out, hidden)``: ``out`` as ``BasicGNN.forward`` returns it (the first
+        ``batch_size`` rows are the seeds'), ``hidden[l]`` the output of hidden layer
+        ``l`` after the splice and before dropout.
+    """
+    owner = "history_forward"
+    convs = getattr(model, "convs", None)
+    norms = getattr(model, "norms", None)
+    if convs is None or norms is None:
+        raise TypeError(
+            f"{owner}: expected `model` to be a torch_geometric BasicGNN (GraphSAGE, GAT, GCN, "
+            f"GIN, ...) with `convs` and `norms` but got {type(model).__name__}."
+        )
+    jk_mode = getattr(model, "jk_mode", None)
+    if jk_mode not in (None, "last"):
+        raise ValueError(
+            f"{owner}: expected a model with jk in (None, 'last') (hidden layers are spliced "
+            f"one at a time) but got jk={jk_mode!r}."
+        )
+    num_layers = len(convs)
+    if (num_sampled_nodes is None) != (num_sampled_edges is None):
+        raise ValueError(
+            f"{owner}: expected `num_sampled_nodes` and `num_sampled_edges` to be both given "
+            f"(trimming) or both None but got num_sampled_nodes={num_sampled_nodes!r}, "
+            f"num_sampled_edges={num_sampled_edges!r}."
+        )
+    for name, value in (("halo_index", halo_index), ("hist", hist)):
+        if not isinstance(value, (list, tuple)) or len(value) != num_layers - 1:
+            got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+            raise ValueError(
+                f"{owner}: expected `{name}` to be a list with one tensor per hidden layer "
+                f"({num_layers - 1}) but got {got}."
+            )
+    for i, (idx, h) in enumerate(zip(halo_index, hist, strict=True)):
+        if idx.dim() != 1 or h.dim() != 2 or h.size(0) != idx.size(0):
+            raise ValueError(
+                f"{owner}: expected `hist[{i}]` to be [len(halo_index[{i}]), d] = "
+                f"[{idx.size(0)}, d] with 1-D `halo_index[{i}]` but got hist shape "
+                f"{tuple(h.shape)} and halo_index shape {tuple(idx.shape)}."
+            )
+
+    act = getattr(model, "act", None)
+    act_first = bool(getattr(model, "act_first", False))
+    dropout = getattr(model, "dropout", None)
+    hidden: list[Tensor] = []
+    for i, (conv, norm) in enumerate(zip(convs, norms, strict=True)):
+        if num_sampled_nodes is not None and num_sampled_edges is not None:
+            x, edge_index = _trim(model, i, num_sampled_nodes, num_sampled_edges, x, edge_index)
+        x = conv(x, edge_index)
+        if i < num_layers - 1 or jk_mode is not None:
+            if act is not None and act_first:
+                x = act(x)
+            x = norm(x)
+            if act is not None and not act_first:
+                x = act(x)
+            if i < num_layers - 1:
+                rows = halo_index[i].to(device=x.device, dtype=torch.long)
+                values = hist[i].detach().to(device=x.device, dtype=x.dtype)
+                if values.size(1) != x.size(1):
+                    raise ValueError(
+                        f"{owner}: expected `hist[{i}]` to have the width of hidden layer {i} "
+                        f"({x.size(1)}) but got {values.size(1)} columns."
+                    )
+                x = x.index_copy(0, rows, values)
+                hidden.append(x)
+            if isinstance(dropout, nn.Module):
+                x = dropout(x)
+            elif isinstance(dropout, float) and dropout > 0:
+                x = F.dropout(x, p=dropout, training=model.training)
+    lin = getattr(model, "lin", None)
+    if lin is not None:
+        x = lin(x)
+    return x, hidden
