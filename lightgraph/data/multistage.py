@@ -395,6 +395,7 @@ class MultistageLoader:
         self.epoch = 0
         self._next = (0, 0)  # (macro-batch, mini-batch) the next step starts at
         self._pool: ThreadPoolExecutor | None = None
+        self._ahead: tuple[tuple[int, int], Future[StageOneBatch]] | None = None
 
     def _sizes(self, epoch: int) -> list[int]:
         return [math.ceil(s.numel() / self.batch_size) for s in self.plan(epoch)]
@@ -418,13 +419,26 @@ class MultistageLoader:
         first_macro, first_step = self._next
         sizes = self._sizes(epoch)
         count = len(sizes)
-        pending: Future[StageOneBatch] | None = None
-        if self.prefetch and first_macro < count:
-            pending = self._submit(epoch, first_macro)
+        # A macro-batch built ahead (at the end of the previous epoch) is used if it is the
+        # one needed now; anything else is dropped.
+        pending, self._ahead = self._ahead, None
+        if pending is not None and pending[0] != (epoch, first_macro):
+            pending[1].cancel()
+            pending = None
+        future = pending[1] if pending is not None else None
+        if future is None and self.prefetch and first_macro < count:
+            future = self._submit(epoch, first_macro)
         try:
             for k in range(first_macro, count):
-                macro = self._get(epoch, k, pending)
-                pending = self._submit(epoch, k + 1) if self.prefetch and k + 1 < count else None
+                macro = self._get(epoch, k, future)
+                future = None
+                if self.prefetch:
+                    # Double buffering: the next macro-batch (the next epoch's first one
+                    # after the last) is built while this one trains.
+                    key = (epoch, k + 1) if k + 1 < count else (epoch + 1, 0)
+                    future = self._submit(*key)
+                    if k + 1 == count:
+                        self._ahead, future = (key, future), None
                 self.stats.macro_batches += 1
                 self.stats.nodes_loaded += macro.num_nodes_sampled
                 self.stats.nodes_moved += macro.num_nodes
@@ -442,8 +456,8 @@ class MultistageLoader:
                         self.epoch, self._next = epoch + 1, (0, 0)
                     yield StagedStep(macro, b)
         finally:
-            if pending is not None:
-                pending.cancel()
+            if future is not None:
+                future.cancel()
         if self.epoch == epoch:
             self.epoch, self._next = epoch + 1, (0, 0)
 
@@ -451,6 +465,9 @@ class MultistageLoader:
         return {"epoch": self.epoch, "macro": self._next[0], "step": self._next[1]}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        if self._ahead is not None:
+            self._ahead[1].cancel()
+            self._ahead = None
         self.epoch = int(state["epoch"])
         self._next = (int(state["macro"]), int(state["step"]))
 
