@@ -1,6 +1,7 @@
 """Callbacks: LDR-driven tuning of the exchange, monitors, console summaries."""
 
 from lightgraph.callbacks.adaptive_bitwidth import AdaptiveBitWidth
+from lightgraph.callbacks.aggregation_order import AggregationOrder
 from lightgraph.callbacks.bitwidth_reassigner import BitWidthReassigner
 from lightgraph.callbacks.cluster_sparsity_tuner import ClusterSparsityTuner
 from lightgraph.callbacks.communication_monitor import CommunicationMonitor
@@ -12,6 +13,7 @@ from lightgraph.functional.loss_descent_rate import LossDescentRate
 
 __all__ = [
     "AdaptiveBitWidth",
+    "AggregationOrder",
     "BitWidthReassigner",
     "ClusterSparsityTuner",
     "CommunicationMonitor",

@@ -1,8 +1,10 @@
 """Partition-aware graph neural network layers and models."""
 
+from lightgraph.nn.aggregation_order import get_order, profile_layer_orders, set_order
 from lightgraph.nn.attention import AttentionGraph, MultiheadGraphAttention, attend
 from lightgraph.nn.conv.gcn_propagation import GCNPropagation
 from lightgraph.nn.conv.partition_aware import PartitionAware
+from lightgraph.nn.history import HistoricalEmbeddings, history_forward
 from lightgraph.nn.models.basic_gnn import BasicGNN
 from lightgraph.nn.models.dagnn import DAGNN
 from lightgraph.nn.models.gat import GAT
@@ -38,4 +40,9 @@ __all__ = [
     "PartitionAware",
     "PartitionedGraph",
     "SGC",
+    "HistoricalEmbeddings",
+    "history_forward",
+    "get_order",
+    "profile_layer_orders",
+    "set_order",
 ]
