@@ -176,7 +176,14 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if compile_cb is not None:
         result["compile"] = {
             k: getattr(compile_cb, k)
-            for k in ("recompiles", "fallbacks", "padded_batches", "warmup_seconds")
+            for k in (
+                "compiles",
+                "recompiles",
+                "fallbacks",
+                "padded_batches",
+                "eager_drops",
+                "compile_seconds",
+            )
             if hasattr(compile_cb, k)
         }
     return result

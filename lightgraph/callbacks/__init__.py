@@ -6,6 +6,7 @@ from lightgraph.callbacks.bitwidth_reassigner import BitWidthReassigner
 from lightgraph.callbacks.cluster_sparsity_tuner import ClusterSparsityTuner
 from lightgraph.callbacks.communication_monitor import CommunicationMonitor
 from lightgraph.callbacks.epoch_summary import EpochSummary
+from lightgraph.callbacks.graph_compile import GraphCompile
 from lightgraph.callbacks.io_monitor import IOMonitor
 from lightgraph.callbacks.ldr_schedule import LDRSchedule
 from lightgraph.callbacks.pipeline_adaptor import PipelineAdaptor
@@ -18,6 +19,7 @@ __all__ = [
     "ClusterSparsityTuner",
     "CommunicationMonitor",
     "EpochSummary",
+    "GraphCompile",
     "IOMonitor",
     "LDRSchedule",
     "LossDescentRate",

@@ -14,8 +14,8 @@ from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
 from lightgraph.data.hubs import hub_scores, select_hubs
 from lightgraph.data.macro_batch import MacroBatchLoader
 from lightgraph.data.minibatch import NeighborSamplingLoader, sample_minibatch
-from lightgraph.data.neighbor_sampler import UniformNeighborSampler, neighbor_loader
 from lightgraph.data.multistage_data_module import MultistageDataModule
+from lightgraph.data.neighbor_sampler import UniformNeighborSampler, neighbor_loader
 from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partition_store import (
