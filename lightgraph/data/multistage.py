@@ -65,6 +65,10 @@ class StageOneBatch:
         batches: the seeds (local ids) of every mini-batch, in training order.
         samples: AoT only: the stage-2 sample of every mini-batch, in local ids of this
             (filtered) macro-batch, as compact ``int32`` arrays.
+        hist_nodes: AoT only: per hidden layer ``l``, the local ids of the halo nodes whose
+            layer-``l`` history some mini-batch reads (those it holds at hops
+            ``0 .. L-1-l``; a halo node seen only at the last hop needs its features and
+            no history at all). ``None``: every halo node, every layer.
         num_seeds, num_nodes_sampled: seeds and nodes of the unfiltered macro-batch.
         build_seconds: host time of stage 1 (and of AoT sampling).
     """
@@ -79,6 +83,7 @@ class StageOneBatch:
     num_inner: int
     batches: list[Tensor]
     samples: list[NeighborSample] | None = None
+    hist_nodes: list[Tensor] | None = None
     num_seeds: int = 0
     num_nodes_sampled: int = 0
     build_seconds: float = 0.0
@@ -123,6 +128,7 @@ class DeviceMacroBatch:
     indptr: Tensor | None
     indices: Tensor | None
     hist: list[Tensor] = field(default_factory=list)
+    hist_slot: list[Tensor] = field(default_factory=list)  # local id -> row of ``hist[l]``
 
 
 @dataclass
@@ -237,12 +243,15 @@ def _compact(sample: NeighborSample) -> NeighborSample:
     )
 
 
-def aot_filter(macro: StageOneBatch, fanouts: Sequence[int], seed: int) -> StageOneBatch:
+def aot_filter(
+    macro: StageOneBatch, fanouts: Sequence[int], seed: int, history_layers: int = 0
+) -> StageOneBatch:
     """Ahead-of-time filtering: draw every mini-batch's stage-2 sample now, keep only the
     nodes some mini-batch touches, and hand the samples (relabelled) to the device.
 
     The samples are drawn with exactly the generators stage 2 would use on the device, so
-    the mini-batches do not change.
+    the mini-batches do not change. With ``history_layers = L - 1 > 0`` the history rows
+    are filtered per layer too (see :attr:`StageOneBatch.hist_nodes`).
     """
     assert macro.indptr is not None and macro.indices is not None
     samples = [
@@ -256,8 +265,14 @@ def aot_filter(macro: StageOneBatch, fanouts: Sequence[int], seed: int) -> Stage
         for b, seeds in enumerate(macro.batches)
     ]
     touched = torch.zeros(macro.num_nodes, dtype=torch.bool)
+    needs = [torch.zeros(macro.num_nodes, dtype=torch.bool) for _ in range(history_layers)]
+    num_layers = len(fanouts)
     for s in samples:
         touched[s.node] = True
+        ends = torch.cumsum(torch.tensor(s.num_sampled_nodes), 0).tolist()
+        for layer, need in enumerate(needs):
+            near = s.node[: ends[num_layers - 1 - layer]]
+            need[near[near >= macro.num_inner]] = True
     keep = touched.nonzero().view(-1)  # ascending: inner nodes stay before halo nodes
     local = torch.full((macro.num_nodes,), -1, dtype=torch.long)
     local[keep] = torch.arange(keep.numel())
@@ -273,6 +288,7 @@ def aot_filter(macro: StageOneBatch, fanouts: Sequence[int], seed: int) -> Stage
         num_inner=int((keep < macro.num_inner).sum()),
         batches=[local[b] for b in macro.batches],
         samples=relabelled,
+        hist_nodes=[local[need.nonzero().view(-1)] for need in needs] if needs else None,
         num_seeds=macro.num_seeds,
         num_nodes_sampled=macro.num_nodes_sampled,
         build_seconds=macro.build_seconds,
@@ -345,7 +361,7 @@ def stage_two(
             rows = ends[num_layers - 1 - layer]  # hops 0 .. L-1-l
             h = is_halo[:rows].nonzero().view(-1)
             halo_index.append(h)
-            hist.append(macro.hist[layer].index_select(0, node[h] - src.num_inner))
+            hist.append(macro.hist[layer].index_select(0, macro.hist_slot[layer][node[h]]))
             pushed = (~is_halo[:rows]).nonzero().view(-1)
             push_index.append(pushed)
             push_ids.append(store.index_select(0, pushed))

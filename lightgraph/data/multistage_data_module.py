@@ -268,7 +268,7 @@ class MultistageDataModule(PartitionStoreDataModule):
             num_nodes_sampled=int(node.numel()),
         )
         if self.aot:
-            macro = aot_filter(macro, self.stage_two_fanouts, self.seed)
+            macro = aot_filter(macro, self.stage_two_fanouts, self.seed, self.history_layers)
         macro.build_seconds = time.perf_counter() - tic
         return macro
 
@@ -302,6 +302,7 @@ class MultistageDataModule(PartitionStoreDataModule):
             ]
             nbytes = macro.device_bytes()
             hist: list[Tensor] = []
+            slots: list[Tensor] = []
             if self.history_layers:
                 if history is None:
                     raise RuntimeError(
@@ -309,11 +310,15 @@ class MultistageDataModule(PartitionStoreDataModule):
                         "history table (MiniBatchNodeClassifier creates it at train start); "
                         "pass `history=` or set `history=False`."
                     )
-                halo = macro.node[macro.num_inner :]
                 for layer in range(self.history_layers):
-                    rows = history.pull(layer, halo)
-                    nbytes += tensor_bytes(rows)
+                    local = macro.halo if macro.hist_nodes is None else macro.hist_nodes[layer]
+                    rows = history.pull(layer, macro.node[local])
+                    nbytes += tensor_bytes(rows, local)
                     hist.append(rows.to(device, non_blocking=True))
+                    # Local id -> row of hist[layer], built where stage 2 runs.
+                    slot = torch.full((macro.num_nodes,), -1, dtype=torch.long, device=device)
+                    slot[local.to(device)] = torch.arange(local.numel(), device=device)
+                    slots.append(slot)
             samples = macro.samples
             if samples is not None and device.type != "cpu":
                 samples = [
@@ -322,7 +327,9 @@ class MultistageDataModule(PartitionStoreDataModule):
                 ]
             self.h2d_bytes += nbytes
             src = macro if samples is macro.samples else replace(macro, samples=samples)
-            self._on_device = DeviceMacroBatch(src, *moved, hist=hist)  # type: ignore[arg-type]
+            self._on_device = DeviceMacroBatch(  # type: ignore[arg-type]
+                src, *moved, hist=hist, hist_slot=slots
+            )
             self._on_device_origin = macro
         self.h2d_bytes += tensor_bytes(step.seeds)
         return DeviceStep(self._on_device, step.step)

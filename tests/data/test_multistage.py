@@ -177,22 +177,43 @@ def test_pbs_history_needs_a_table(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- AoT
-@pytest.mark.parametrize("first_stage", ["lbs", "pbs"])
-def test_aot_filtering_does_not_change_the_mini_batches(tmp_path, first_stage):
-    plain = _module(tmp_path, first_stage=first_stage)
-    aot = _module(tmp_path, first_stage=first_stage, aot=True)
+class _StubHistory:
+    """Row r of layer l holds (l, r): pulled rows name themselves."""
+
+    def pull(self, layer, ids):
+        return torch.stack([torch.full_like(ids, layer), ids], 1).double()
+
+
+@pytest.mark.parametrize(
+    ("first_stage", "history"), [("lbs", False), ("pbs", False), ("pbs", True)]
+)
+def test_aot_filtering_does_not_change_the_mini_batches(tmp_path, first_stage, history):
+    plain = _module(tmp_path, first_stage=first_stage, history=history)
+    aot = _module(tmp_path, first_stage=first_stage, history=history, aot=True)
+    table = _StubHistory()
+
+    def batches(dm):
+        for step in dm.train_loader():
+            yield step, dm.sample_on_device(dm.to_device(step, CPU, table))
+
     count = 0
-    for (_, a), (step, b) in zip(_batches(plain), _batches(aot), strict=True):
+    for (_, a), (step, b) in zip(batches(plain), batches(aot), strict=True):
         for key in ("x", "y", "edge_index", "n_id"):
             assert torch.equal(getattr(a, key), getattr(b, key)), key
         assert a.num_sampled_nodes == b.num_sampled_nodes
         assert a.num_sampled_edges == b.num_sampled_edges
+        if history:
+            for key in ("halo_index", "hist", "push_index", "push_ids"):
+                for u, v in zip(getattr(a, key), getattr(b, key), strict=True):
+                    assert torch.equal(u, v), key
         assert step.macro.indptr is None  # the device got samples, not a graph to sample
         count += 1
     assert count > 0
     # Only the touched rows moved (LBS's stage 2 takes all neighbours: it touches all).
     moved, total = aot.io_stats()["nodes_moved"], plain.io_stats()["nodes_moved"]
     assert moved <= total if first_stage == "lbs" else moved < total
+    if history:  # fewer history rows than halo nodes: last-hop halo nodes need none
+        assert aot.h2d_bytes < plain.h2d_bytes
 
 
 def test_aot_moves_fewer_bytes_for_pbs_with_few_training_nodes(tmp_path):
