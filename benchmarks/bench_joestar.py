@@ -208,6 +208,8 @@ def bytes_pass(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         "PBS": ("joestar_ii", ["--data.init_args.aot=false"]),
         "PBS+AoT": ("joestar_ii", []),
     }
+    for ratio in args.lbs_sweep:  # the normalised working set against |B_L| (Fig. 5.2)
+        variants[f"LBS ratio {ratio:g}"] = ("joestar_i", [f"--data.init_args.ratio={ratio}"])
     for label, (run, extra) in variants.items():
         cli = build_cli(recipe_args(run, args, args.cache) + extra, run=False)
         dm = cli.datamodule
@@ -255,6 +257,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-parts", type=int, default=128)
     p.add_argument("--parts-per-batch", type=int, default=16)
     p.add_argument("--epochs", type=int, default=5)
+    p.add_argument(
+        "--lbs-sweep", type=float, nargs="*", default=[0.125, 0.25, 1.0],
+        help="extra LBS ratios for the bytes-only pass",
+    )
+    p.add_argument("--bytes-only", action="store_true", help="only the loader-only pass")
     p.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
     p.add_argument("--workdir", default=None)
     p.add_argument("--cache", default=None)
@@ -305,6 +312,10 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     report["runs"] = {}
+    if args.bytes_only:
+        args.runs = []
+        if args.out.endswith("joestar.json"):
+            args.out = args.out.replace("joestar.json", "joestar_bytes.json")
     for name in args.runs:
         path = os.path.join(args.workdir, f"{name}.json")
         cmd = [

@@ -253,3 +253,35 @@ def test_hanoi_recipe_trains_with_gat(tmp_path) -> None:
     assert type(cli.model.model).__name__ == "GAT"
     cli.trainer.fit(cli.model, cli.datamodule)
     assert cli.trainer.callback_metrics["val_acc"] > 0
+
+
+@pytest.mark.parametrize(
+    ("recipe", "model"),
+    [("joestar.yaml", "GAT"), ("joestar_pbs.yaml", "GCN"), ("ns.yaml", "GraphSAGE")],
+)
+def test_joestar_recipes_train_by_model_flag(tmp_path, recipe: str, model: str) -> None:
+    extra = (
+        ["--data.init_args.num_parts=4", "--data.init_args.parts_per_batch=2"]
+        if recipe == "joestar_pbs.yaml"
+        else []
+    )
+    cli = build_cli(
+        args=[
+            "--config",
+            os.path.join(ROOT, "recipes", recipe),
+            f"--model.init_args.model=torch_geometric.nn.models.{model}",
+            "--data.init_args.dataset.init_args.num_nodes=600",
+            "--data.init_args.batch_size=50",
+            *extra,
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            "--trainer.max_epochs=1",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    assert type(cli.model.model).__name__ == model
+    cli.trainer.fit(cli.model, cli.datamodule)
+    metrics = cli.trainer.callback_metrics
+    assert metrics["val_acc"] > 0
+    assert metrics["io/h2d_bytes"] > 0  # IOMonitor counts what reached the device
