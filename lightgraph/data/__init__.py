@@ -36,6 +36,13 @@ from lightgraph.data.store_data_module import (
     build_store,
 )
 from lightgraph.data.synthetic_graph import SyntheticGraph, generate_synthetic_graph
+from lightgraph.data.text_graph import (
+    SPECIAL_TOKENS,
+    SyntheticTextGraph,
+    TextGraphDataModule,
+    build_tokenizer,
+    load_tokenizer,
+)
 from lightgraph.data.token_batch import TokenBatch, TokenShard
 
 __all__ = [
@@ -68,6 +75,11 @@ __all__ = [
     "NodeSequenceDataModule",
     "SyntheticGraphSet",
     "TokenBatch",
+    "SPECIAL_TOKENS",
+    "SyntheticTextGraph",
+    "TextGraphDataModule",
+    "build_tokenizer",
+    "load_tokenizer",
     "TokenShard",
     "PARTITION_METHODS",
     "GraphDataset",
