@@ -29,7 +29,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -49,8 +49,8 @@ from lightgraph.utilities.checks import (
 )
 from lightgraph.utilities.imports import require
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerFast
+#: A ``transformers.PreTrainedTokenizerFast`` (transformers is imported lazily, never here).
+Tokenizer = Any
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -251,7 +251,7 @@ def _check_vocabulary(owner: str, vocabulary: Iterable[str]) -> list[str]:
 
 def build_tokenizer(
     vocabulary: Iterable[str], max_length: int = 64, path: str | os.PathLike | None = None
-) -> PreTrainedTokenizerFast:
+) -> Tokenizer:
     """A word-level fast tokenizer over ``vocabulary``, optionally saved to ``path``.
 
     Ids: the :data:`SPECIAL_TOKENS` ``[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4``, then
@@ -309,7 +309,7 @@ def build_tokenizer(
     return tokenizer
 
 
-def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """``AutoTokenizer.from_pretrained(path, local_files_only=True)`` (a saved :func:`build_tokenizer`)."""
     owner = "load_tokenizer"
     path = os.fspath(path)
@@ -321,7 +321,7 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    return cast("PreTrainedTokenizerFast", tokenizer)
+    return tokenizer
 
 
 # ----------------------------------------------------------------------- the data module
@@ -526,7 +526,7 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
         self._loaded("pad_token_id")
         return int(self._meta["pad_token_id"])
 
-    def tokenizer(self) -> PreTrainedTokenizerFast:
+    def tokenizer(self) -> Tokenizer:
         """The cached tokenizer (needs ``transformers``)."""
         return load_tokenizer(self.tokenizer_path)
 
