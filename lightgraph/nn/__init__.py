@@ -16,6 +16,7 @@ from lightgraph.nn.models.graphormer import Graphormer
 from lightgraph.nn.models.gt import GT
 from lightgraph.nn.models.jknet import JKNet
 from lightgraph.nn.models.mlp import MLP
+from lightgraph.nn.models.rev_gnn import ResGEN, RevGAT, RevGCN, deep_gnn_preset
 from lightgraph.nn.models.sgc import SGC
 from lightgraph.nn.norm.sequence_batch_norm import SequenceBatchNorm
 from lightgraph.nn.partitioned_graph import PartitionedGraph
@@ -40,6 +41,10 @@ __all__ = [
     "PartitionAware",
     "PartitionedGraph",
     "SGC",
+    "ResGEN",
+    "RevGAT",
+    "RevGCN",
+    "deep_gnn_preset",
     "HistoricalEmbeddings",
     "history_forward",
     "get_order",

@@ -11,6 +11,14 @@ from lightgraph.nn.models.graphormer import GRAPHORMER_PRESETS, Graphormer
 from lightgraph.nn.models.gt import GT
 from lightgraph.nn.models.jknet import JKNet
 from lightgraph.nn.models.mlp import MLP
+from lightgraph.nn.models.rev_gnn import (
+    DEEP_GNN_PRESETS,
+    ResGEN,
+    RevGAT,
+    RevGCN,
+    SharedDropout,
+    deep_gnn_preset,
+)
 from lightgraph.nn.models.sgc import SGC
 
 __all__ = [
@@ -27,4 +35,10 @@ __all__ = [
     "JKNet",
     "MLP",
     "SGC",
+    "DEEP_GNN_PRESETS",
+    "ResGEN",
+    "RevGAT",
+    "RevGCN",
+    "SharedDropout",
+    "deep_gnn_preset",
 ]
