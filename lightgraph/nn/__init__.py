@@ -4,6 +4,13 @@ from lightgraph.nn.aggregation_order import get_order, profile_layer_orders, set
 from lightgraph.nn.attention import AttentionGraph, MultiheadGraphAttention, attend
 from lightgraph.nn.conv.gcn_propagation import GCNPropagation
 from lightgraph.nn.conv.partition_aware import PartitionAware
+from lightgraph.nn.early_exit import (
+    EarlyExitEncoder,
+    GroupBatchSampler,
+    degree_groups,
+    early_exit_loss,
+    exit_layers,
+)
 from lightgraph.nn.history import HistoricalEmbeddings, history_forward
 from lightgraph.nn.models.basic_gnn import BasicGNN
 from lightgraph.nn.models.dagnn import DAGNN
@@ -45,6 +52,11 @@ __all__ = [
     "RevGAT",
     "RevGCN",
     "deep_gnn_preset",
+    "EarlyExitEncoder",
+    "GroupBatchSampler",
+    "degree_groups",
+    "early_exit_loss",
+    "exit_layers",
     "HistoricalEmbeddings",
     "history_forward",
     "get_order",
