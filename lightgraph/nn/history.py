@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightgraph.nn.layerwise import layerwise_inference
+from lightgraph.nn.layerwise import check_layered_gnn, layerwise_inference
 from lightgraph.utilities.checks import check_int, check_type
 
 __all__ = ["HistoricalEmbeddings", "history_forward"]
@@ -208,13 +208,8 @@ class HistoricalEmbeddings:
                 f"{owner}: expected `indptr` to describe a graph of num_nodes={self.num_nodes} "
                 f"nodes ({self.num_nodes + 1} entries) but got {indptr.numel()} entries."
             )
-        convs = getattr(model, "convs", None)
-        if convs is None:
-            raise TypeError(
-                f"{owner}: expected `model` to be a torch_geometric BasicGNN (GraphSAGE, GAT, "
-                f"GCN, GIN, ...) with `convs` and `norms` but got {type(model).__name__}."
-            )
-        hidden = len(convs) - 1
+        check_layered_gnn(owner, model, "the tables hold one layer's output each")
+        hidden = len(model.convs) - 1
         buffers: list[Tensor] = []
 
         def buffer(layer: int, num_nodes: int, channels: int) -> Tensor:
@@ -322,19 +317,8 @@ def history_forward(
         ``l`` after the splice and before dropout.
     """
     owner = "history_forward"
-    convs = getattr(model, "convs", None)
-    norms = getattr(model, "norms", None)
-    if convs is None or norms is None:
-        raise TypeError(
-            f"{owner}: expected `model` to be a torch_geometric BasicGNN (GraphSAGE, GAT, GCN, "
-            f"GIN, ...) with `convs` and `norms` but got {type(model).__name__}."
-        )
-    jk_mode = getattr(model, "jk_mode", None)
-    if jk_mode not in (None, "last"):
-        raise ValueError(
-            f"{owner}: expected a model with jk in (None, 'last') (hidden layers are spliced "
-            f"one at a time) but got jk={jk_mode!r}."
-        )
+    jk_mode = check_layered_gnn(owner, model, "hidden layers are spliced one at a time")
+    convs, norms = model.convs, model.norms
     num_layers = len(convs)
     if (num_sampled_nodes is None) != (num_sampled_edges is None):
         raise ValueError(

@@ -44,6 +44,28 @@ def _chunk_subgraph(
     return nodes, edge_index
 
 
+def check_layered_gnn(owner: str, model: nn.Module, why: str) -> str | None:
+    """Check that ``model`` is a PyG ``BasicGNN`` run one layer at a time; return its jk mode.
+
+    Raises:
+        TypeError: without ``convs`` and ``norms``.
+        ValueError: with a jumping-knowledge mode other than ``None`` or ``"last"`` (``why``
+            says why the caller cannot combine layers).
+    """
+    if getattr(model, "convs", None) is None or getattr(model, "norms", None) is None:
+        raise TypeError(
+            f"{owner}: expected `model` to be a torch_geometric BasicGNN (GraphSAGE, GAT, GCN, "
+            f"GIN, ...) with `convs` and `norms` but got {type(model).__name__}."
+        )
+    jk_mode = getattr(model, "jk_mode", None)
+    if jk_mode not in (None, "last"):
+        raise ValueError(
+            f"{owner}: expected a model with jk in (None, 'last') ({why}) but got "
+            f"jk={jk_mode!r}."
+        )
+    return jk_mode
+
+
 @torch.no_grad()
 def layerwise_inference(
     model: nn.Module,
@@ -80,20 +102,9 @@ def layerwise_inference(
         ``[num_nodes, hidden_channels]`` with ``depth < model.num_layers``.
     """
     owner = "layerwise_inference"
-    convs = getattr(model, "convs", None)
-    if convs is None or not hasattr(model, "norms"):
-        raise TypeError(
-            f"{owner}: expected `model` to be a torch_geometric BasicGNN (GraphSAGE, GAT, GCN, "
-            f"GIN, ...) with `convs` and `norms` but got {type(model).__name__}."
-        )
-    jk_mode = getattr(model, "jk_mode", None)
-    if jk_mode not in (None, "last"):
-        raise ValueError(
-            f"{owner}: expected a model with jk in (None, 'last') (layer-wise inference keeps "
-            f"one layer at a time) but got jk={jk_mode!r}."
-        )
+    jk_mode = check_layered_gnn(owner, model, "layer-wise inference keeps one layer at a time")
     chunk_size = check_int(owner, "chunk_size", chunk_size, low=1)
-    num_layers = len(convs)
+    num_layers = len(model.convs)
     if depth is not None:
         depth = check_int(owner, "depth", depth, low=1, high=num_layers)
     num_run = num_layers if depth is None else depth
