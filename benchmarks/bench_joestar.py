@@ -125,7 +125,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             self.epoch_s.append(time.perf_counter() - self._tic)
             graph = dm.full_graph()
-            logits = pl_module._full_graph_logits(graph)
+            logits = pl_module._full_graph_logits(graph, refresh=True)  # as validation does
             for split, out in (("val", self.val), ("test", self.test)):
                 nodes = graph.nodes(split)
                 acc = accuracy(

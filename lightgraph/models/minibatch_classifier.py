@@ -50,6 +50,10 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             ``BasicGNN`` models so each layer only computes what the next one needs (same
             outputs for the seeds, less work).
         inference_chunk_size: destination nodes per chunk of layer-wise inference.
+        refresh_history: with historical embeddings (PBS), exact validation over the whole
+            graph also writes every node's hidden-layer outputs into the history tables
+            (they are the most recent embeddings of every node, computed anyway), so rows
+            that no training step pushes do not stay at the warm fill.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         weight_decay: float = 0.0,
         trim: bool = True,
         inference_chunk_size: int = 8192,
+        refresh_history: bool = True,
     ) -> None:
         super().__init__()
         owner = "MiniBatchNodeClassifier"
@@ -76,6 +81,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         check_non_negative(owner, "weight_decay", weight_decay)
         check_bool(owner, "trim", trim)
         check_positive(owner, "inference_chunk_size", inference_chunk_size)
+        check_bool(owner, "refresh_history", refresh_history)
         self.save_hyperparameters(ignore=["model"])
         self.model = model
         self.multilabel = multilabel
@@ -266,7 +272,18 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             self.history = table
 
     # ---------------------------------------------------------------------- evaluation
-    def _full_graph_logits(self, batch: FullGraphBatch) -> Tensor:
+    def _full_graph_logits(self, batch: FullGraphBatch, refresh: bool = False) -> Tensor:
+        history = self.history
+        tables: list[Tensor] = []
+        if refresh and history is not None and history.filled and self.hparams.refresh_history:
+            tables = list(history.tables)
+
+        def buffer(layer: int, num_nodes: int, channels: int) -> Tensor:
+            # Hidden layers are written straight into the history tables when refreshing.
+            if layer < len(tables) and tuple(tables[layer].shape) == (num_nodes, channels):
+                return tables[layer]
+            return torch.empty(num_nodes, channels)
+
         return layerwise_inference(
             self.model,
             batch.indptr,
@@ -274,12 +291,13 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             batch.x,
             chunk_size=int(self.hparams.inference_chunk_size),
             device=self.device,
+            buffer=buffer,
         )
 
     def _evaluate(self, batch: Data | FullGraphBatch, stage: str) -> None:
         metric = self.val_metric if stage == "val" else self.test_metric
         if isinstance(batch, FullGraphBatch):
-            logits_all = self._full_graph_logits(batch)
+            logits_all = self._full_graph_logits(batch, refresh=stage == "val")
             nodes = batch.nodes(stage)
             logits = logits_all[nodes].to(self.device)
             target = batch.y[nodes].to(self.device)

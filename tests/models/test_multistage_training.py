@@ -76,7 +76,8 @@ def test_history_moves_with_training_and_survives_a_resume(tmp_path):
     torch.manual_seed(1)
     dm = _data(tmp_path, fanouts=[4, 4])
     gnn = GAT(DATASET.num_features, 16, 2, DATASET.num_classes, heads=2)
-    module = MiniBatchNodeClassifier(gnn, DATASET.num_classes, lr=0.01)
+    # No refresh by validation: the table holds only the warm fill and training's pushes.
+    module = MiniBatchNodeClassifier(gnn, DATASET.num_classes, lr=0.01, refresh_history=False)
     trainer = _trainer(tmp_path, 2, enable_checkpointing=True)
     trainer.fit(module, dm)
     saved = [t.clone() for t in module.history.tables]
@@ -105,3 +106,18 @@ def test_history_needs_one_hop_per_layer(tmp_path):
         assert "num_layers=3" in str(err) and "2 hops" in str(err)
     else:  # pragma: no cover - the check must fire
         raise AssertionError("a 3-layer model over 2-hop samples must be rejected")
+
+
+def test_exact_validation_refreshes_every_history_row(tmp_path):
+    tables = {}
+    for refresh in (True, False):
+        torch.manual_seed(2)
+        dm = _data(tmp_path, fanouts=[4, 4])
+        gnn = GraphSAGE(DATASET.num_features, 16, 2, DATASET.num_classes)
+        module = MiniBatchNodeClassifier(gnn, DATASET.num_classes, lr=0.01, refresh_history=refresh)
+        _trainer(tmp_path, 2).fit(module, dm)  # validation (exact, layer-wise) ends each epoch
+        exact = _exact_hidden(gnn, dm)
+        tables[refresh] = torch.allclose(module.history.tables[0], exact[0], atol=1e-5)
+    # Refreshed: every row holds the final model's exact embedding (validation ran last);
+    # without the refresh, rows no step pushed keep older values.
+    assert tables == {True: True, False: False}
