@@ -34,6 +34,15 @@ def make_generator(seed: int, *keys: Any) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
 
 
+def gather_rows(x: Tensor, node: Tensor) -> Tensor:
+    """``x[node]``, read in ascending order of ``node`` (sequential page access for
+    memory-mapped features)."""
+    order = torch.argsort(node)
+    rows = torch.empty(node.numel(), x.size(1), dtype=x.dtype)
+    rows[order] = x[node[order]]
+    return rows
+
+
 def sample_minibatch(
     indptr: Tensor,
     indices: Tensor,
@@ -59,12 +68,8 @@ def sample_minibatch(
     """
     sample = sample_neighbors(indptr, indices, seeds, list(fanouts), generator=generator)
     node = sample.node
-    # Gather in sorted order: sequential page access for memory-mapped features.
-    order = torch.argsort(node)
-    rows = torch.empty(node.numel(), x.size(1), dtype=x.dtype)
-    rows[order] = x[node[order]]
     data = Data(
-        x=rows,
+        x=gather_rows(x, node),
         y=y[node],
         edge_index=torch.stack([sample.row, sample.col]),
     )

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.minibatch import make_generator
+from lightgraph.data.minibatch import gather_rows, make_generator
 from lightgraph.functional.neighbor_sampling import NeighborSample, sample_neighbors, to_csc
 
 FIRST_STAGES: tuple[str, ...] = ("lbs", "pbs")
@@ -174,7 +174,7 @@ def lbs_stage_one(
     )
     node = sample.node
     m_indptr, m_indices = _macro_subgraph(sample, node.numel())
-    return node, m_indptr, m_indices, _gather(x, node), y[node]
+    return node, m_indptr, m_indices, gather_rows(x, node), y[node]
 
 
 def pbs_stage_one(
@@ -220,15 +220,7 @@ def pbs_stage_one(
     m_indptr = torch.zeros(node.numel() + 1, dtype=torch.long)
     torch.cumsum(deg, 0, out=m_indptr[1 : num_inner + 1])
     m_indptr[num_inner + 1 :] = total
-    return node, m_indptr, local_src, _gather(x, node), y[node], num_inner
-
-
-def _gather(x: Tensor, node: Tensor) -> Tensor:
-    """``x[node]``, read in ascending order (sequential pages for memory-mapped features)."""
-    order = torch.argsort(node)
-    rows = torch.empty(node.numel(), x.size(1), dtype=x.dtype)
-    rows[order] = x[node[order]]
-    return rows
+    return node, m_indptr, local_src, gather_rows(x, node), y[node], num_inner
 
 
 def _compact(sample: NeighborSample) -> NeighborSample:

@@ -163,6 +163,8 @@ class MultistageDataModule(PartitionStoreDataModule):
         self._on_device_origin: StageOneBatch | None = None
         self._scratch: Tensor | None = None
         self._build_lock = threading.Lock()
+        self._plan_lock = threading.Lock()
+        self._plans: dict[int, list[tuple[Tensor, Tensor | None]]] = {}
 
     # -------------------------------------------------------------------- the graph
     @property
@@ -189,29 +191,36 @@ class MultistageDataModule(PartitionStoreDataModule):
     # ------------------------------------------------------------------------ stage 1
     def plan(self, epoch: int) -> list[Tensor]:
         """The seeds (store ids) of every macro-batch of ``epoch``."""
+        return [seeds for seeds, _ in self._epoch_plan(epoch)]
+
+    def _epoch_plan(self, epoch: int) -> list[tuple[Tensor, Tensor | None]]:
+        """``(seeds, inner nodes)`` of every macro-batch of ``epoch`` (inner: PBS only),
+        computed once per epoch (the loader asks for it at every macro-batch and length)."""
+        with self._plan_lock:
+            cached = self._plans.get(epoch)
+            if cached is None:
+                cached = self._make_plan(epoch)
+                self._plans = {e: p for e, p in self._plans.items() if e >= epoch - 1}
+                self._plans[epoch] = cached
+            return cached
+
+    def _make_plan(self, epoch: int) -> list[tuple[Tensor, Tensor | None]]:
         train = self._train_nodes()
         gen = make_generator(self.seed, "macro-order", epoch)
         if self.first_stage == "lbs":
             order = train[torch.randperm(train.numel(), generator=gen)]
             size = max(1, math.ceil(self.ratio * train.numel()))
-            return [order[i : i + size] for i in range(0, order.numel(), size)]
+            return [(order[i : i + size], None) for i in range(0, order.numel(), size)]
         parts = torch.randperm(self.num_parts, generator=gen)
         ptr = self._store().part_ptr
         is_train = torch.zeros(self.num_store_nodes, dtype=torch.bool)
         is_train[train] = True
-        plan = []
+        plan: list[tuple[Tensor, Tensor | None]] = []
         for i in range(0, self.num_parts, self.parts_per_batch):
             chosen = parts[i : i + self.parts_per_batch].sort().values
             inner = torch.cat([torch.arange(int(ptr[p]), int(ptr[p + 1])) for p in chosen])
-            plan.append(inner[is_train[inner]])
+            plan.append((inner[is_train[inner]], inner))
         return plan
-
-    def _inner(self, epoch: int, k: int) -> Tensor:
-        gen = make_generator(self.seed, "macro-order", epoch)
-        parts = torch.randperm(self.num_parts, generator=gen)
-        chosen = parts[k * self.parts_per_batch : (k + 1) * self.parts_per_batch].sort().values
-        ptr = self._store().part_ptr
-        return torch.cat([torch.arange(int(ptr[p]), int(ptr[p + 1])) for p in chosen])
 
     def build_macro_batch(self, epoch: int, k: int) -> StageOneBatch:
         """Stage 1 (and AoT sampling) of macro-batch ``k`` of ``epoch``, on the host."""
@@ -223,7 +232,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         indptr, indices, x, y = self.graph_arrays()
         if self._scratch is None:
             self._scratch = torch.full((indptr.numel() - 1,), -1, dtype=torch.long)
-        seeds = self.plan(epoch)[k]
+        seeds, inner = self._epoch_plan(epoch)[k]
         if self.first_stage == "lbs":
             node, m_indptr, m_indices, mx, my = lbs_stage_one(
                 indptr,
@@ -239,7 +248,7 @@ class MultistageDataModule(PartitionStoreDataModule):
             local_seeds = torch.arange(seeds.numel())
             num_inner = node.numel()
         else:
-            inner = self._inner(epoch, k)
+            assert inner is not None
             node, m_indptr, m_indices, mx, my, num_inner = pbs_stage_one(
                 indptr, indices, x, y, inner, self._scratch
             )

@@ -44,6 +44,7 @@ from lightgraph.data.graph_dataset import (
 from lightgraph.data.hubs import select_hubs
 from lightgraph.data.macro_batch import MacroBatchLoader, check_parts_per_batch, check_reuse
 from lightgraph.data.minibatch import NeighborSamplingLoader
+from lightgraph.data.multistage import tensor_bytes
 from lightgraph.data.partition_store import PartitionStore, write_partition_store
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
 from lightgraph.utilities.checks import (
@@ -227,9 +228,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         # Count what a training step hands to the device: every tensor of a sampled batch.
         trainer = getattr(self, "trainer", None)
         if isinstance(batch, Data) and trainer is not None and trainer.training:
-            self.h2d_bytes += float(
-                sum(v.numel() * v.element_size() for _, v in batch if isinstance(v, Tensor))
-            )
+            self.h2d_bytes += float(tensor_bytes(*(v for _, v in batch if isinstance(v, Tensor))))
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def start_io_epoch(self) -> None:
