@@ -40,4 +40,33 @@ class HaloExchange(Protocol):
         ...
 
 
-__all__ = ["HaloExchange", "NodeTensor", "WITH_TORCH_SPARSE", "require_torch_sparse"]
+@runtime_checkable
+class EmbeddingSyncTarget(Protocol):
+    """What :class:`~lightgraph.callbacks.ModalitySync` drives: a LightningModule co-training an LM and a GNN.
+
+    UniTG's Modality Collaborator (thesis §5.3.3) copies the LM's node embeddings into the
+    GNN's input store every :math:`\\Delta t` GNN epochs, and chooses :math:`\\Delta t`
+    from the GNN training loss.
+    """
+
+    def sync_embeddings(self) -> float:
+        """Copy the LM's current node embeddings into the GNN's input store.
+
+        Returns the fraction of nodes encoded so far (in ``[0, 1]``). Under several
+        processes this is a collective: every rank calls it at the same point.
+        """
+        ...
+
+    @property
+    def epoch_gnn_loss(self) -> float | None:
+        """The GNN training loss of the last finished epoch, identical on every rank (``None`` before any)."""
+        ...
+
+
+__all__ = [
+    "EmbeddingSyncTarget",
+    "HaloExchange",
+    "NodeTensor",
+    "WITH_TORCH_SPARSE",
+    "require_torch_sparse",
+]

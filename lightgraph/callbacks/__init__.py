@@ -9,6 +9,7 @@ from lightgraph.callbacks.epoch_summary import EpochSummary
 from lightgraph.callbacks.graph_compile import GraphCompile
 from lightgraph.callbacks.io_monitor import IOMonitor
 from lightgraph.callbacks.ldr_schedule import LDRSchedule
+from lightgraph.callbacks.modality_sync import ModalitySync
 from lightgraph.callbacks.pipeline_adaptor import PipelineAdaptor
 from lightgraph.functional.loss_descent_rate import LossDescentRate
 
@@ -23,5 +24,6 @@ __all__ = [
     "IOMonitor",
     "LDRSchedule",
     "LossDescentRate",
+    "ModalitySync",
     "PipelineAdaptor",
 ]

@@ -1,5 +1,11 @@
 """Graphs, partitioners, partition plans and data modules."""
 
+from lightgraph.data.affinity import (
+    AFFINITY_REORDERS,
+    AffinityMicrobatches,
+    affinity_microbatches,
+    default_num_microbatches,
+)
 from lightgraph.data.cached_data_module import (
     CachedDataModule,
     CacheReader,
@@ -46,6 +52,10 @@ from lightgraph.data.text_graph import (
 from lightgraph.data.token_batch import TokenBatch, TokenShard
 
 __all__ = [
+    "AFFINITY_REORDERS",
+    "AffinityMicrobatches",
+    "affinity_microbatches",
+    "default_num_microbatches",
     "FullGraphBatch",
     "IOStats",
     "MacroBatch",

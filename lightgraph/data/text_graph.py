@@ -70,6 +70,7 @@ _TEXT_SEED_SALT = 0x7E47_0001  # decorrelates the text stream from the graph's
 _LM_INSTALL = 'pip install "lightgraph[lm]"'
 _TOKENIZER_DIR = "tokenizer"
 _SPLITS = ("train", "val", "test", "all")
+_SERVE = ("tokens", "graph")
 
 
 def _require_lm(feature: str) -> None:
@@ -343,6 +344,10 @@ class _NodeTokens:
         }
 
 
+def _identity(item: Any) -> Any:
+    return item
+
+
 class TextGraphDataModule(DatasetSizes, CachedDataModule):
     """Token ids of every node of a text-attributed graph, cached once, plus the graph.
 
@@ -375,6 +380,10 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
         num_workers: dataloader worker processes.
         seed: seed of the training shuffle.
         cache_dir: the directory holding every configuration's cache.
+        serve: what the Trainer's dataloaders yield: ``"tokens"`` (the node-level
+            language-model batches above) or ``"graph"`` (the whole graph, one batch per
+            epoch, for full-graph modules such as :class:`~lightgraph.models.UniTGModule`,
+            which read the token ids through :meth:`tokens`).
     """
 
     def __init__(
@@ -385,9 +394,11 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
         num_workers: int = 0,
         seed: int = 0,
         cache_dir: str = "lightgraph_cache",
+        serve: str = "tokens",
     ) -> None:
         super().__init__(cache_dir)
         owner = "TextGraphDataModule"
+        self.serve = check_choice(owner, "serve", serve, _SERVE)
         if dataset is None:
             dataset = SyntheticTextGraph()
         self.dataset: GraphDataset = check_type(
@@ -492,6 +503,8 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
         return self._graph is not None
 
     def loader(self, split: str) -> DataLoader:
+        if self.serve == "graph":
+            return DataLoader([self.graph()], batch_size=None, collate_fn=_identity)
         if split == "predict":
             return self.lm_dataloader("all", shuffle=False)
         return self.lm_dataloader(split, shuffle=split == "train")

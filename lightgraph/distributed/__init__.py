@@ -6,21 +6,30 @@ from plain ``torch.distributed`` code.
 """
 
 from lightgraph.distributed.bit_assignment import reassign_bits
+from lightgraph.distributed.bubble_interleaver import BubbleInterleaver
 from lightgraph.distributed.context import (
     ParallelContext,
     ParallelContextHolder,
     parallel_context,
 )
+from lightgraph.distributed.flow_pipeline import COMPUTE_KINDS, ComputeObserver, FlowPipeline
 from lightgraph.distributed.halo_exchanger import MODES, HaloExchanger
 from lightgraph.distributed.link_profiler import profile_links, resolve_cost_model
 from lightgraph.distributed.sequence_parallel import SequenceParallel
+from lightgraph.distributed.timeline import Interval, Timeline
 
 __all__ = [
+    "COMPUTE_KINDS",
+    "ComputeObserver",
+    "FlowPipeline",
     "MODES",
+    "BubbleInterleaver",
     "HaloExchanger",
+    "Interval",
     "ParallelContext",
     "ParallelContextHolder",
     "SequenceParallel",
+    "Timeline",
     "parallel_context",
     "profile_links",
     "reassign_bits",

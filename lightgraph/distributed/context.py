@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lightgraph.distributed.flow_pipeline import FlowPipeline
 from lightgraph.distributed.halo_exchanger import HaloExchanger
 from lightgraph.distributed.sequence_parallel import SequenceParallel
 
@@ -25,10 +26,13 @@ class ParallelContext:
             (:class:`~lightgraph.strategies.BoundaryExchangeStrategy`).
         sequence_parallel: sequence/head all-to-all of graph parallelism
             (:class:`~lightgraph.strategies.GraphParallelStrategy`).
+        flow_pipeline: GNN stages pipelined over affinity microbatches, UniTG's flow
+            parallelism (:class:`~lightgraph.strategies.FlowParallelStrategy`).
     """
 
     halo_exchanger: HaloExchanger | None = None
     sequence_parallel: SequenceParallel | None = None
+    flow_pipeline: FlowPipeline | None = None
 
     def require_halo_exchanger(self, owner: str) -> HaloExchanger:
         """The halo exchanger, or a RuntimeError telling ``owner``'s user what to train with."""
@@ -50,6 +54,17 @@ class ParallelContext:
                 "strategy's runtime (lightgraph.models.GraphTransformerModule)."
             )
         return self.sequence_parallel
+
+    def require_flow_pipeline(self, owner: str) -> FlowPipeline:
+        """The flow-parallel pipeline, or a RuntimeError naming the strategy to use."""
+        if self.flow_pipeline is None:
+            raise RuntimeError(
+                f"{owner} needs flow parallelism: train with "
+                "`Trainer(strategy='flow_parallel', devices=num_stages)` (or a "
+                "FlowParallelStrategy) and a module that accepts the strategy's runtime "
+                "(lightgraph.models.UniTGModule or any ParallelContextHolder)."
+            )
+        return self.flow_pipeline
 
 
 class ParallelContextHolder:

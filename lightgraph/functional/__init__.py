@@ -26,6 +26,7 @@ from lightgraph.functional.quantize import (
     unpack_rows,
 )
 from lightgraph.functional.sequence_parallel import shard_range, shard_sizes
+from lightgraph.functional.sync_interval import SyncIntervalSchedule
 
 __all__ = [
     "BITS",
@@ -37,6 +38,7 @@ __all__ = [
     "NeighborSample",
     "PendingExchange",
     "QuantizedRows",
+    "SyncIntervalSchedule",
     "dequantize",
     "exchange_rows",
     "halo_exchange",

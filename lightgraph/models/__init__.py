@@ -3,5 +3,12 @@
 from lightgraph.models.graph_transformer_module import GraphTransformerModule
 from lightgraph.models.minibatch_classifier import MiniBatchNodeClassifier
 from lightgraph.models.node_classifier import NodeClassifier
+from lightgraph.models.unitg_module import LMJob, UniTGModule
 
-__all__ = ["GraphTransformerModule", "MiniBatchNodeClassifier", "NodeClassifier"]
+__all__ = [
+    "GraphTransformerModule",
+    "LMJob",
+    "MiniBatchNodeClassifier",
+    "NodeClassifier",
+    "UniTGModule",
+]

@@ -12,6 +12,7 @@ from lightgraph.nn.early_exit import (
     exit_layers,
 )
 from lightgraph.nn.history import HistoricalEmbeddings, history_forward
+from lightgraph.nn.lm_encoder import LMEncoder
 from lightgraph.nn.models.basic_gnn import BasicGNN
 from lightgraph.nn.models.dagnn import DAGNN
 from lightgraph.nn.models.gat import GAT
@@ -23,6 +24,7 @@ from lightgraph.nn.models.graphormer import Graphormer
 from lightgraph.nn.models.gt import GT
 from lightgraph.nn.models.jknet import JKNet
 from lightgraph.nn.models.mlp import MLP
+from lightgraph.nn.models.pipeline_stages import reset_dropout, split_stages
 from lightgraph.nn.models.rev_gnn import ResGEN, RevGAT, RevGCN, deep_gnn_preset
 from lightgraph.nn.models.sgc import SGC
 from lightgraph.nn.norm.sequence_batch_norm import SequenceBatchNorm
@@ -52,7 +54,10 @@ __all__ = [
     "RevGAT",
     "RevGCN",
     "deep_gnn_preset",
+    "reset_dropout",
+    "split_stages",
     "EarlyExitEncoder",
+    "LMEncoder",
     "GroupBatchSampler",
     "degree_groups",
     "early_exit_loss",

@@ -11,6 +11,7 @@ from lightgraph.nn.models.graphormer import GRAPHORMER_PRESETS, Graphormer
 from lightgraph.nn.models.gt import GT
 from lightgraph.nn.models.jknet import JKNet
 from lightgraph.nn.models.mlp import MLP
+from lightgraph.nn.models.pipeline_stages import reset_dropout, split_stages
 from lightgraph.nn.models.rev_gnn import (
     DEEP_GNN_PRESETS,
     ResGEN,
@@ -41,4 +42,6 @@ __all__ = [
     "RevGCN",
     "SharedDropout",
     "deep_gnn_preset",
+    "reset_dropout",
+    "split_stages",
 ]

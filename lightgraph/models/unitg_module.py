@@ -1,0 +1,697 @@
+"""UniTG: a language model and a deep GNN trained together in one run (thesis ch. 5)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.data import Data
+from torch_geometric.utils import degree as node_degree
+
+from lightgraph.data.text_graph import TextGraphDataModule
+from lightgraph.distributed.bubble_interleaver import BubbleInterleaver
+from lightgraph.distributed.context import ParallelContextHolder
+from lightgraph.distributed.flow_pipeline import FlowPipeline
+from lightgraph.distributed.timeline import Timeline
+from lightgraph.nn.early_exit import (
+    EarlyExitEncoder,
+    GroupBatchSampler,
+    degree_groups,
+    early_exit_loss,
+)
+from lightgraph.utilities.checks import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_int,
+    check_non_negative,
+    check_positive,
+    check_type,
+)
+
+SCHEDULES: tuple[str, ...] = ("collaborative", "sequential")
+ENCODE_AT: tuple[str, ...] = ("last", "exit")
+
+
+@dataclass(frozen=True)
+class LMJob:
+    """One unit of language-model work: a training batch (and an encoding batch).
+
+    Attributes:
+        index: position in the run's job list (also the stamp of the embeddings it writes).
+        group: centrality group of the training batch (its exit is ``exit_layers[group]``).
+        nodes: ids of the training batch's nodes.
+        encode: ids of the nodes encoded without gradient after the training batch.
+    """
+
+    index: int
+    group: int
+    nodes: Tensor
+    encode: Tensor
+
+
+class UniTGModule(ParallelContextHolder, pl.LightningModule):
+    """UniTG's dual-modality collaborative learning (thesis §5.3.3) as one LightningModule.
+
+    Two models, two optimisers, manual optimisation. Each training step is one GNN epoch
+    (full-graph) plus that epoch's share of language-model (LM) work:
+
+    * **LM** (:class:`~lightgraph.nn.EarlyExitEncoder`): fine-tuned on the training nodes'
+      texts for ``lm_epochs`` passes. With ``lazy_tuner=True`` (the Lazy Tuner) batches
+      hold nodes of one degree quartile and exit at that group's layer, loss Eq. 5.1;
+      otherwise every batch runs the full depth with cross-entropy. The
+      ``lm_epochs · ceil(|train| / lm_batch_size)`` batches are spread evenly over the
+      first ``lm_share · J`` of the ``J = max_epochs`` GNN epochs: epoch ``t`` runs
+      ``q = ceil(total / (lm_share · J))`` of them and
+      takes **one** LM optimiser step on their summed gradients (each batch loss scaled by
+      ``1/q``), so the LM sees the same updates however its batches are placed
+      (in-line, in pipeline bubbles, or spread over stages).
+    * **Embedding store**: per node, the LM's latest pooled embedding (``[N, H]``) and an
+      ``encoded`` flag. The GNN input is
+
+      .. math::
+          \\mathbf{x}^{\\text{GNN}}_v = \\begin{cases}
+          \\mathbf{W}_{\\text{lm}}\\,\\mathbf{e}_v + \\mathbf{b}_{\\text{lm}} & v \\text{ encoded} \\\\
+          \\mathbf{x}_v & \\text{otherwise}
+          \\end{cases}
+
+      (original features ``x_v`` for nodes the LM has not encoded yet, LM embeddings
+      ``e_v`` projected to the GNN's input width by a linear map trained with the GNN,
+      one map per exit layer since different layers embed into different spaces).
+      The LM writes embeddings into a private cache as it works: ``encode_batch_size``
+      nodes per job, walked round-robin over all nodes, without gradient, at the layer
+      ``encode_at`` names (and a training batch's own nodes when its exit is that layer); :meth:`sync_embeddings`
+      (called by :class:`~lightgraph.callbacks.ModalitySync` every ``Δt`` epochs) copies
+      the cache into the store.
+    * **GNN**: ``model(x, edge_index) -> logits``, mean cross-entropy over training
+      nodes, one optimiser step per epoch. Under
+      :class:`~lightgraph.strategies.FlowParallelStrategy` the GNN runs as a GPipe
+      pipeline over affinity microbatches (the strategy's runtime arrives in
+      :attr:`parallel_context`), the LM runs data-parallel: stage ``r`` takes jobs
+      ``r, r + P, ...`` of the epoch, the LM gradients are summed over the stages and
+      every stage takes the same LM step; with ``bubble_interleave=True`` the jobs run
+      inside the stage's pipeline bubbles (see
+      :class:`~lightgraph.distributed.BubbleInterleaver`).
+
+    ``schedule="sequential"`` is the GLEM/TAPE-style baseline with the same LM, batches
+    and updates: the first training step fine-tunes the LM completely, then encodes every
+    node with it and fills the store; the GNN then trains on LM embeddings for all
+    epochs. ``lm=None`` trains the GNN alone on the node features (any deep GNN, single
+    process or flow-parallel).
+
+    Logged (identical on every rank): ``train_loss`` (GNN), ``lm_loss``, ``val_loss``,
+    ``val_acc``, ``test_acc``, ``lm_time`` / ``gnn_time`` (seconds of the epoch, the
+    slowest rank), ``lm_time_total`` / ``gnn_time_total`` (since the start of the run),
+    ``encoded_fraction``.
+
+    Args:
+        model: the GNN, ``model(x, edge_index) -> [N, num_classes]`` (e.g.
+            :class:`~lightgraph.nn.RevGCN`), with ``in_channels`` = node feature size.
+        num_classes: number of classes.
+        lm: the early-exit LM (``None``: GNN only).
+        schedule: ``"collaborative"`` (UniTG) or ``"sequential"`` (LM, then GNN).
+        lm_epochs: passes of LM fine-tuning over the training nodes.
+        lm_batch_size: nodes per LM training batch.
+        encode_batch_size: nodes encoded without gradient after every LM training batch
+            (collaborative schedule; 0: only training nodes get embeddings).
+        lazy_tuner: degree-quartile early exits (Eq. 5.1) instead of full depth.
+        lr: GNN (and LM projection) Adam learning rate.
+        lm_lr: LM Adam learning rate.
+        weight_decay: Adam weight decay of both optimisers.
+        encode_at: where the store's embeddings are taken: ``"last"`` (the LM's last
+            layer for every node; the Lazy Tuner then only shortens fine-tuning) or
+            ``"exit"`` (each node at its degree group's exit layer, as fine-tuning does).
+        lm_share: fraction of the GNN epochs over which the LM's batches are spread
+            (collaborative schedule): the LM finishes after ``lm_share · J`` epochs and the
+            GNN trains its remaining epochs on the final embeddings (after the next sync).
+        bubble_interleave: run the LM jobs inside the pipeline bubbles (flow-parallel only).
+        in_channels: the GNN's input width (default: ``model.in_channels``).
+        seed: seed of the LM batch shuffle.
+        multilabel: must be ``False`` (kept for the CLI's data links).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_classes: int,
+        lm: EarlyExitEncoder | None = None,
+        schedule: str = "collaborative",
+        lm_epochs: int = 2,
+        lm_batch_size: int = 32,
+        encode_batch_size: int = 64,
+        lazy_tuner: bool = True,
+        lr: float = 5e-3,
+        lm_lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        lm_share: float = 0.5,
+        encode_at: str = "last",
+        bubble_interleave: bool = False,
+        in_channels: int | None = None,
+        seed: int = 0,
+        multilabel: bool = False,
+    ) -> None:
+        super().__init__()
+        owner = "UniTGModule"
+        check_type(owner, "model", model, nn.Module, "a GNN such as lightgraph.nn.RevGCN")
+        self.num_classes = check_int(owner, "num_classes", num_classes, low=2)
+        if lm is not None:
+            check_type(owner, "lm", lm, EarlyExitEncoder, "lightgraph.nn.EarlyExitEncoder(...)")
+            if lm.num_classes != num_classes:
+                raise ValueError(
+                    f"{owner}: the LM's exit heads have {lm.num_classes} outputs but "
+                    f"`num_classes` is {num_classes}; build EarlyExitEncoder with "
+                    f"num_classes={num_classes}."
+                )
+        self.schedule = check_choice(owner, "schedule", schedule, SCHEDULES)
+        self.lm_epochs = check_int(owner, "lm_epochs", lm_epochs)
+        self.lm_batch_size = check_int(owner, "lm_batch_size", lm_batch_size)
+        self.encode_batch_size = check_int(owner, "encode_batch_size", encode_batch_size, low=0)
+        self.lazy_tuner = check_bool(owner, "lazy_tuner", lazy_tuner)
+        check_positive(owner, "lr", lr)
+        check_positive(owner, "lm_lr", lm_lr)
+        check_non_negative(owner, "weight_decay", weight_decay)
+        self.lm_share = check_fraction(owner, "lm_share", lm_share)
+        self.encode_at = check_choice(owner, "encode_at", encode_at, ENCODE_AT)
+        self.bubble_interleave = check_bool(owner, "bubble_interleave", bubble_interleave)
+        self.seed = check_int(owner, "seed", seed, low=0)
+        if check_bool(owner, "multilabel", multilabel):
+            raise ValueError(f"{owner}: multi-label graphs are not supported; got multilabel=True.")
+        if in_channels is None:
+            value = getattr(model, "in_channels", None)
+            if not isinstance(value, int):
+                raise ValueError(
+                    f"{owner}: could not read `in_channels` from {type(model).__name__}; pass "
+                    "`in_channels` (the GNN's input width)."
+                )
+            in_channels = value
+        self.in_channels = check_int(owner, "in_channels", in_channels)
+        self.save_hyperparameters(ignore=["model", "lm"])
+        self.automatic_optimization = False
+        self.model = model
+        self.lm = lm
+        # One projection per exit: embeddings taken after different numbers of layers live
+        # in different spaces, so each exit gets its own map to the GNN's input width.
+        self.lm_proj = (
+            nn.ModuleList(
+                nn.Linear(lm._hidden_size(), self.in_channels) for _ in range(lm.num_groups)
+            )
+            if lm is not None
+            else None
+        )
+        if lm is not None:
+            self._allocate_store(0)
+        self._graph: Data | None = None
+        self._input_ids: Tensor | None = None
+        self._attention_mask: Tensor | None = None
+        self._train_nodes: Tensor | None = None
+        self._encode_groups: Tensor | None = None
+        self._sampler: GroupBatchSampler | None = None
+        self._jobs_per_step = 1
+        self._total_jobs = 0
+        self._epoch_gnn_loss: float | None = None
+        self._lm_loss_sum = 0.0
+        self._lm_loss_count = 0
+        self._lm_seconds = 0.0
+        self.totals = {"lm_time": 0.0, "gnn_time": 0.0, "lm_bubble_time": 0.0}
+        self._lm_bubble_seconds = 0.0
+        #: Runs this rank's LM jobs in the pipeline bubbles (flow-parallel, bubble_interleave).
+        self.interleaver: BubbleInterleaver | None = None
+        self.encoded_fraction = 0.0
+
+    # ------------------------------------------------------------------------ set-up
+    def setup(self, stage: str) -> None:
+        trainer = self.trainer
+        datamodule = trainer.datamodule
+        owner = "UniTGModule"
+        graph_fn = getattr(datamodule, "graph", None)
+        if not callable(graph_fn):
+            raise TypeError(
+                f"{owner}: expected a data module with a `graph()` method (e.g. "
+                f"lightgraph.data.TextGraphDataModule(serve='graph')) but got "
+                f"{type(datamodule).__name__}."
+            )
+        graph = graph_fn()
+        self._graph = graph
+        n = int(graph.num_nodes)
+        if int(graph.x.size(1)) != self.in_channels:
+            raise ValueError(
+                f"{owner}: the GNN's input width is {self.in_channels} but the graph's nodes "
+                f"have {graph.x.size(1)} features; set the GNN's `in_channels` to "
+                f"{graph.x.size(1)}."
+            )
+        if self.lm is not None:
+            if not isinstance(datamodule, TextGraphDataModule):
+                raise TypeError(
+                    f"{owner}: training a language model needs token ids from a "
+                    f"lightgraph.data.TextGraphDataModule but got {type(datamodule).__name__}."
+                )
+            tokens = datamodule.tokens()
+            self._input_ids = tokens["input_ids"]
+            self._attention_mask = tokens["attention_mask"]
+            vocab = self._lm_vocab_size()
+            top = int(self._input_ids.max())
+            if vocab is not None and top >= vocab:
+                raise ValueError(
+                    f"{owner}: the tokenizer produces ids up to {top} but the LM's embedding "
+                    f"table has {vocab} rows; set the LM's `vocab_size` to at least "
+                    f"{datamodule.vocab_size}."
+                )
+            if self.store.size(0) != n:  # not restored from a checkpoint of this graph
+                self._allocate_store(n)
+            deg = node_degree(graph.edge_index[1], n)
+            self._train_nodes = graph.train_mask.nonzero().view(-1)
+            groups_g = self.lm.num_groups
+            if self.lazy_tuner:
+                train_groups = degree_groups(deg, self._train_nodes, groups_g)
+            else:
+                train_groups = torch.full_like(self._train_nodes, groups_g - 1)
+            if self.lazy_tuner and self.encode_at == "exit":
+                self._encode_groups = degree_groups(deg, torch.arange(n), groups_g)
+            else:
+                self._encode_groups = torch.full((n,), groups_g - 1, dtype=torch.long)
+            self._sampler = GroupBatchSampler(train_groups, self.lm_batch_size, seed=self.seed)
+            self._total_jobs = self.lm_epochs * len(self._sampler)
+            epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1
+            lm_epochs_span = max(1, math.floor(self.lm_share * epochs))
+            self._jobs_per_step = max(1, math.ceil(self._total_jobs / lm_epochs_span))
+        pipe = self.parallel_context.flow_pipeline
+        if pipe is not None:
+            pipe.build(self.model, graph.edge_index, n)
+            if self.bubble_interleave and self.lm is not None and self.interleaver is None:
+                self.interleaver = BubbleInterleaver(timeline=Timeline())
+                self.interleaver.attach(self.lm)
+        elif self.bubble_interleave:
+            raise ValueError(
+                f"{owner}: `bubble_interleave=True` needs pipeline bubbles: train with "
+                "`strategy=FlowParallelStrategy(...)` (or strategy='flow_parallel')."
+            )
+
+    def _allocate_store(self, num_nodes: int) -> None:
+        """(Re)create the per-node buffers of the embedding store and the LM cache."""
+        assert self.lm is not None
+        hidden = self.lm._hidden_size()
+        n = num_nodes
+        self.register_buffer("store", torch.zeros(n, hidden))
+        self.register_buffer("encoded", torch.zeros(n, dtype=torch.bool))
+        self.register_buffer("store_exit", torch.zeros(n, dtype=torch.long))
+        self.register_buffer("lm_cache", torch.zeros(n, hidden))
+        self.register_buffer("lm_cache_exit", torch.zeros(n, dtype=torch.long))
+        self.register_buffer("lm_stamp", torch.full((n,), -1, dtype=torch.long))
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        # The store's size is the graph's, known once data is set up: a state saved after
+        # set-up (a checkpoint, a worker's weights) sizes the buffers before they load.
+        key = prefix + "store"
+        if self.lm is not None and key in state_dict:
+            n = int(state_dict[key].size(0))
+            if self.store.size(0) != n:
+                self._allocate_store(n)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _lm_vocab_size(self) -> int | None:
+        assert self.lm is not None
+        emb = self.lm.backbone.get_input_embeddings() if hasattr(
+            self.lm.backbone, "get_input_embeddings"
+        ) else None
+        return int(emb.num_embeddings) if isinstance(emb, nn.Embedding) else None
+
+    def configure_optimizers(self) -> Any:
+        gnn_params = list(self.model.parameters())
+        if self.lm_proj is not None:
+            gnn_params += list(self.lm_proj.parameters())
+        wd = self.hparams.weight_decay
+        gnn = torch.optim.Adam(gnn_params, lr=self.hparams.lr, weight_decay=wd)
+        if self.lm is None:
+            return gnn
+        lm = torch.optim.Adam(self.lm.parameters(), lr=self.hparams.lm_lr, weight_decay=wd)
+        return [gnn, lm]
+
+    # ------------------------------------------------------------------------ LM jobs
+    @property
+    def num_lm_steps(self) -> int:
+        """GNN epochs that carry LM work (the LM's optimiser steps)."""
+        return math.ceil(self._total_jobs / self._jobs_per_step) if self._total_jobs else 0
+
+    def lm_jobs(self, step: int) -> list[LMJob]:
+        """The LM jobs of LM optimiser step ``step`` (empty once the LM budget is used)."""
+        assert self._sampler is not None and self._train_nodes is not None
+        per_epoch = len(self._sampler)
+        start = step * self._jobs_per_step
+        stop = min(start + self._jobs_per_step, self._total_jobs)
+        jobs = []
+        cache: dict[int, list[tuple[int, Tensor]]] = {}
+        n = int(self._encode_groups.numel()) if self._encode_groups is not None else 0
+        enc = self.encode_batch_size if self.schedule == "collaborative" else 0
+        for j in range(start, stop):
+            epoch, k = divmod(j, per_epoch)
+            if epoch not in cache:
+                cache[epoch] = self._sampler.batches(epoch)
+            group, positions = cache[epoch][k]
+            encode = (torch.arange(j * enc, (j + 1) * enc) % n) if enc and n else torch.empty(0, dtype=torch.long)
+            jobs.append(LMJob(j, group, self._train_nodes[positions], encode))
+        return jobs
+
+    def run_lm_job(self, job: LMJob, scale: float) -> float:
+        """Forward + backward of one LM training batch (gradients accumulate, scaled by
+        ``scale``), then its encoding batch; writes both into the LM cache. Returns the
+        batch loss."""
+        lm = self.lm
+        assert lm is not None and self._input_ids is not None and self._attention_mask is not None
+        assert self._graph is not None and self._encode_groups is not None
+        lm.train()
+        nodes = job.nodes
+        exit_layer = lm.exit_layers[job.group]
+        emb = lm.embed(self._input_ids[nodes], self._attention_mask[nodes], exit_layer)
+        logits = lm.heads[job.group](emb)
+        target = self._graph.y[nodes]
+        if self.lazy_tuner:
+            exits: list[Tensor | None] = [None] * lm.num_groups
+            exits[job.group] = logits
+            loss = early_exit_loss(exits, target)
+        else:
+            loss = F.cross_entropy(logits, target)
+        (loss * scale).backward()
+        if self.encode_at == "exit" or job.group == lm.num_groups - 1:
+            # The batch's own embeddings, when they are taken where the store wants them.
+            self.lm_cache[nodes] = emb.detach()
+            self.lm_cache_exit[nodes] = job.group
+            self.lm_stamp[nodes] = 2 * job.index
+        if job.encode.numel():
+            self._encode(job.encode, 2 * job.index + 1)
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def _encode(self, nodes: Tensor, stamp: int) -> None:
+        lm = self.lm
+        assert lm is not None and self._encode_groups is not None
+        assert self._input_ids is not None and self._attention_mask is not None
+        was_training = lm.training
+        lm.eval()
+        emb = lm.embed_by_group(
+            self._input_ids[nodes],
+            self._attention_mask[nodes],
+            self._encode_groups[nodes],
+            batch_size=max(1, nodes.numel()),
+        )
+        lm.train(was_training)
+        self.lm_cache[nodes] = emb
+        self.lm_cache_exit[nodes] = self._encode_groups[nodes]
+        self.lm_stamp[nodes] = stamp
+
+    def _lm_step(self, step: int, during: Callable[[], Any] | None = None) -> Any:
+        """This rank's LM jobs of ``step``, the gradient sum over ranks, one LM update.
+
+        With ``during`` (a pipeline step) and a bubble interleaver, the jobs run on the
+        interleaver's worker inside the bubbles of ``during``; jobs left when it returns
+        run here, after it. Returns what ``during`` returns.
+        """
+        jobs = self.lm_jobs(step)
+        rank, world = self._rank_world()
+        mine = iter(jobs[rank::world])
+        scale = 1.0 / max(len(jobs), 1)
+
+        def run_next() -> bool:
+            job = next(mine, None)
+            if job is None:
+                return False
+            self._record_lm_loss(self.run_lm_job(job, scale))
+            return True
+
+        result = None
+        if during is not None:
+            interleaver = self.interleaver
+            if interleaver is not None and jobs:
+                bubble_before = interleaver.lm_bubble_seconds
+                interleaver.start(run_next)
+                try:
+                    result = during()
+                finally:
+                    interleaver.stop()
+                self._lm_bubble_seconds += interleaver.lm_bubble_seconds - bubble_before
+            else:
+                result = during()
+        if not jobs:
+            return result
+        start = time.perf_counter()
+        while run_next():
+            pass
+        self._sum_lm_gradients()
+        optimizers = self.optimizers()
+        assert isinstance(optimizers, list)
+        optimizers[1].step()
+        optimizers[1].zero_grad(set_to_none=True)
+        self._lm_seconds += time.perf_counter() - start
+        return result
+
+    def _record_lm_loss(self, loss: float) -> None:
+        self._lm_loss_sum += loss
+        self._lm_loss_count += 1
+
+    def _sum_lm_gradients(self) -> None:
+        _, world = self._rank_world()
+        if world == 1:
+            return
+        assert self.lm is not None
+        params = [p for p in self.lm.parameters() if p.requires_grad]
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+            + [torch.tensor([float(p.grad is not None) for p in params])]
+        )
+        dist.all_reduce(flat)
+        has_grad = flat[-len(params) :]
+        offset = 0
+        for i, p in enumerate(params):
+            count = p.numel()
+            # A parameter no rank touched keeps grad None, as in one process: Adam then
+            # leaves it (and its moments) alone instead of stepping on a zero gradient.
+            if has_grad[i] > 0:
+                p.grad = flat[offset : offset + count].view_as(p).clone()
+            else:
+                p.grad = None
+            offset += count
+
+    def _rank_world(self) -> tuple[int, int]:
+        if dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1:
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+
+    # ------------------------------------------------------------------------ store
+    @property
+    def epoch_gnn_loss(self) -> float | None:
+        """The GNN training loss of the last finished epoch (identical on every rank)."""
+        return self._epoch_gnn_loss
+
+    @torch.no_grad()
+    def sync_embeddings(self) -> float:
+        """Copy the LM's cached embeddings into the store (the Modality Collaborator's sync).
+
+        A collective under several processes: every rank's cache is merged (for each node
+        the embedding with the latest stamp wins). Returns the encoded fraction.
+        """
+        if self.lm is None:
+            raise RuntimeError("UniTGModule.sync_embeddings: there is no LM (lm=None).")
+        _, world = self._rank_world()
+        stamp = self.lm_stamp
+        cache = self.lm_cache
+        exits = self.lm_cache_exit
+        if world > 1:
+            latest = stamp.clone()
+            dist.all_reduce(latest, op=dist.ReduceOp.MAX)
+            own = (stamp == latest) & (latest >= 0)
+            cache = cache * own.unsqueeze(1).to(cache.dtype)
+            dist.all_reduce(cache)
+            exits = exits * own.long()
+            dist.all_reduce(exits)
+            stamp = latest
+        seen = stamp >= 0
+        self.store[seen] = cache[seen]
+        self.store_exit[seen] = exits[seen]
+        self.encoded |= seen
+        self.encoded_fraction = float(self.encoded.float().mean())
+        return self.encoded_fraction
+
+    @torch.no_grad()
+    def encode_all(self) -> None:
+        """Encode every node with the current LM (at its group's exit) into the store."""
+        assert self._graph is not None
+        n = int(self._graph.num_nodes)
+        rank, world = self._rank_world()
+        nodes = torch.arange(n)[rank::world]
+        for chunk in nodes.split(max(1, self.lm_batch_size * 8)):
+            self._encode(chunk, 2 * self._total_jobs + 1)
+        self.sync_embeddings()
+
+    def gnn_input(self) -> Tensor:
+        """``[N, in_channels]``: LM embeddings (projected) where encoded, features elsewhere."""
+        assert self._graph is not None
+        x = self._graph.x
+        if self.lm_proj is None:
+            return x
+        projected = x.new_zeros(x.shape)
+        for group, proj in enumerate(self.lm_proj):
+            rows = self.encoded & (self.store_exit == group)
+            projected = projected + rows.unsqueeze(1).to(x.dtype) * proj(self.store)
+        return torch.where(self.encoded.unsqueeze(1), projected, x)
+
+    # ------------------------------------------------------------------------ steps
+    def on_train_epoch_start(self) -> None:
+        self._lm_loss_sum = 0.0
+        self._lm_loss_count = 0
+        self._lm_seconds = 0.0
+        self._lm_bubble_seconds = 0.0
+
+    def teardown(self, stage: str) -> None:
+        if self.interleaver is not None:
+            self.interleaver.stop()
+            self.interleaver.detach()
+            self.interleaver = None
+
+    def training_step(self, batch: Data, batch_idx: int) -> None:
+        optimizers = self.optimizers()
+        gnn_opt = optimizers[0] if isinstance(optimizers, list) else optimizers
+        epoch = self.current_epoch
+        if self.lm is not None:
+            if self.schedule == "sequential":
+                if epoch == 0:
+                    for step in range(self.num_lm_steps):
+                        self._lm_step(step)
+                    start = time.perf_counter()
+                    self.encode_all()
+                    self._lm_seconds += time.perf_counter() - start
+            elif self.interleaver is None:
+                self._lm_step(epoch)
+        start = time.perf_counter()
+        lm_before = self._lm_seconds
+        loss = self._gnn_step(gnn_opt, epoch)
+        # LM jobs left over after an interleaved pipeline step are LM time, not GNN time.
+        gnn_seconds = time.perf_counter() - start - (self._lm_seconds - lm_before)
+        self._epoch_gnn_loss = loss
+        self._log_epoch(loss, gnn_seconds)
+
+    def _gnn_step(self, gnn_opt: Any, epoch: int) -> float:
+        graph = self._graph
+        assert graph is not None
+        self.model.train()
+        pipe = self.parallel_context.flow_pipeline
+        gnn_opt.zero_grad(set_to_none=True)
+        if pipe is None:
+            logits = self.model(self.gnn_input(), graph.edge_index)
+            mask = graph.train_mask
+            loss = F.cross_entropy(logits[mask], graph.y[mask])
+            self.manual_backward(loss)
+            value = float(loss.detach())
+        else:
+            x = self.gnn_input() if pipe.is_first else None
+            interleave = self.lm is not None and self.schedule == "collaborative"
+            out = self._pipeline_step(pipe, x, graph, epoch if interleave else None)
+            value = float(pipe.broadcast_loss(out))
+        gnn_opt.step()
+        return value
+
+    def _pipeline_step(
+        self, pipe: FlowPipeline, x: Tensor | None, graph: Data, lm_step: int | None
+    ) -> Tensor | None:
+        def step() -> Tensor | None:
+            return pipe.step(x, graph.y, graph.train_mask)
+
+        if lm_step is None or self.interleaver is None:
+            return step()
+        pipe.observer = self.interleaver
+        try:
+            return self._lm_step(lm_step, during=step)
+        finally:
+            pipe.observer = None
+
+    def _log_epoch(self, loss: float, gnn_seconds: float) -> None:
+        stats = torch.tensor(
+            [
+                self._lm_loss_sum,
+                float(self._lm_loss_count),
+                self._lm_seconds + self._lm_bubble_seconds,
+                gnn_seconds,
+                self._lm_bubble_seconds,
+            ],
+            dtype=torch.float64,
+        )
+        _, world = self._rank_world()
+        if world > 1:
+            sums = stats[:2].clone()
+            dist.all_reduce(sums)
+            times = stats[2:].clone()
+            dist.all_reduce(times, op=dist.ReduceOp.MAX)
+            stats = torch.cat([sums, times])
+        lm_loss_sum, lm_count, lm_seconds, gnn_s, bubble_s = stats.tolist()
+        self.totals["lm_time"] += lm_seconds
+        self.totals["gnn_time"] += gnn_s
+        self.totals["lm_bubble_time"] += bubble_s
+        values = {
+            "train_loss": loss,
+            "lm_time": lm_seconds,
+            "gnn_time": gnn_s,
+            "lm_time_total": self.totals["lm_time"],
+            "gnn_time_total": self.totals["gnn_time"],
+            "lm_bubble_time_total": self.totals["lm_bubble_time"],
+        }
+        if lm_count:
+            values["lm_loss"] = lm_loss_sum / lm_count
+        # The values are already global (identical on every rank); the "max" reduction
+        # only tells Lightning so.
+        for name, value in values.items():
+            self.log(
+                name,
+                value,
+                on_step=False,
+                on_epoch=True,
+                prog_bar=name == "train_loss",
+                batch_size=1,
+                reduce_fx="max",
+                sync_dist=world > 1,
+            )
+
+    @torch.no_grad()
+    def _evaluate(self, stage: str) -> None:
+        graph = self._graph
+        assert graph is not None
+        self.model.eval()
+        pipe = self.parallel_context.flow_pipeline
+        if pipe is None:
+            logits: Tensor | None = self.model(self.gnn_input(), graph.edge_index)
+        else:
+            logits = pipe.forward_eval(self.gnn_input() if pipe.is_first else None)
+        stats = torch.zeros(5, dtype=torch.float64)
+        if logits is not None:
+            pred = logits.argmax(dim=-1)
+            val, test = graph.val_mask, graph.test_mask
+            stats[0] = float((pred[val] == graph.y[val]).sum())
+            stats[1] = float(val.sum())
+            stats[2] = float((pred[test] == graph.y[test]).sum())
+            stats[3] = float(test.sum())
+            stats[4] = float(F.cross_entropy(logits[val], graph.y[val], reduction="sum"))
+        _, world = self._rank_world()
+        if world > 1 and pipe is not None:
+            dist.all_reduce(stats)
+        correct_val, n_val, correct_test, n_test, loss_val = stats.tolist()
+        sync = {"batch_size": 1, "reduce_fx": "max", "sync_dist": world > 1}
+        if stage == "val":
+            self.log("val_loss", loss_val / max(n_val, 1.0), **sync)  # type: ignore[arg-type]
+            self.log("val_acc", correct_val / max(n_val, 1.0), prog_bar=True, **sync)  # type: ignore[arg-type]
+        self.log("test_acc", correct_test / max(n_test, 1.0), prog_bar=True, **sync)  # type: ignore[arg-type]
+
+    def validation_step(self, batch: Data, batch_idx: int) -> None:
+        self._evaluate("val")
+
+    def test_step(self, batch: Data, batch_idx: int) -> None:
+        self._evaluate("test")
+
+
+__all__ = ["LMJob", "UniTGModule"]
