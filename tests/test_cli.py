@@ -285,3 +285,74 @@ def test_joestar_recipes_train_by_model_flag(tmp_path, recipe: str, model: str) 
     metrics = cli.trainer.callback_metrics
     assert metrics["val_acc"] > 0
     assert metrics["io/h2d_bytes"] > 0  # IOMonitor counts what reached the device
+
+
+_UNITG_TINY = [
+    "--data.init_args.dataset.init_args.graph.init_args.num_nodes=300",
+    "--model.init_args.model.init_args.num_layers=2",
+    "--model.init_args.lm_epochs=1",
+    "--trainer.max_epochs=3",
+    "--trainer.logger=false",
+]
+
+
+@pytest.mark.parametrize("recipe", ["unitg_single.yaml", "lm_then_gnn.yaml"])
+def test_unitg_one_process_recipes_train(tmp_path, recipe: str) -> None:
+    cli = build_cli(
+        args=[
+            "--config",
+            os.path.join(ROOT, "recipes", recipe),
+            *_UNITG_TINY,
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    cli.trainer.fit(cli.model, cli.datamodule)
+    metrics = cli.trainer.callback_metrics
+    assert metrics["val_acc"] > 0 and metrics["lm_time_total"] > 0
+    if recipe == "lm_then_gnn.yaml":
+        assert bool(cli.model.encoded.all())  # the LM encoded every node before the GNN
+    else:
+        assert "sync_interval" in metrics
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_unitg_recipe_runs_flow_parallel_on_two_processes(tmp_path) -> None:
+    """recipes/unitg.yaml as the README runs it: popen launcher, 2 pipeline stages."""
+    exe = os.path.join(os.path.dirname(sys.executable), "lightgraph")
+    cmd = [
+        exe if os.path.exists(exe) else sys.executable,
+        *([] if os.path.exists(exe) else ["-m", "lightgraph"]),
+        "fit",
+        "--config",
+        os.path.join(ROOT, "recipes", "unitg.yaml"),
+        *_UNITG_TINY,
+        f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+        "--trainer.callbacks.init_args.every_n_epochs=1",
+    ]
+    proc = _run(cmd, tmp_path, 280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "epoch    2" in proc.stdout and "val_acc" in proc.stdout
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_flow_parallel_trains_a_deep_gnn_without_an_lm(tmp_path) -> None:
+    cli = build_cli(
+        args=[
+            "--config",
+            os.path.join(ROOT, "recipes", "unitg.yaml"),
+            *_UNITG_TINY,
+            "--model.init_args.lm=null",
+            "--model.init_args.bubble_interleave=false",
+            "--trainer.callbacks=lightgraph.callbacks.EpochSummary",
+            "--trainer.strategy.init_args.start_method=fork",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert cli.trainer.callback_metrics["val_acc"] > 0

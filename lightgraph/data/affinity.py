@@ -9,6 +9,7 @@ flow parallelism's trade-off, and METIS keeps the number of cut edges small.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, get_args
 
 import torch
@@ -174,6 +175,10 @@ class AffinityMicrobatches:
 
     def padded_index(self) -> Tensor:
         """``[N]`` row of every original node in the padded layout ``[M * n_max, ...]``."""
+        return self._padded_index.clone()
+
+    @cached_property
+    def _padded_index(self) -> Tensor:
         part = torch.repeat_interleave(
             torch.arange(self.num_microbatches), torch.tensor(self.sizes)
         )
@@ -197,7 +202,7 @@ class AffinityMicrobatches:
                 f"AffinityMicrobatches.pad: expected `x` with one row per node "
                 f"({self.num_nodes}) but got {shape}."
             )
-        index = self.padded_index().to(x.device)
+        index = self._padded_index.to(x.device)
         out = x.new_full((self.num_microbatches * self.n_max, *x.shape[1:]), fill)
         return out.index_copy(0, index, x)
 
@@ -211,7 +216,7 @@ class AffinityMicrobatches:
                 f"AffinityMicrobatches.unpad: expected `x` with M * n_max = {rows} rows but got "
                 f"{shape}."
             )
-        return x.index_select(0, self.padded_index().to(x.device))
+        return x.index_select(0, self._padded_index.to(x.device))
 
     def __repr__(self) -> str:
         return (

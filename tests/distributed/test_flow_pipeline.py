@@ -10,9 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.data import Data
 
 from lightgraph.distributed import COMPUTE_KINDS, ComputeObserver, FlowPipeline, ParallelContext
-from lightgraph.nn import ResGEN, RevGCN
+from lightgraph.nn import GCN, ResGEN, RevGCN
+from lightgraph.nn.partitioned_graph import PartitionedGraph
 from tests.distributed_helpers import run_distributed
 
 NODES, FEATURES, HIDDEN, CLASSES, EDGES = 48, 5, 8, 3, 200
@@ -39,6 +41,8 @@ def _models(
         model: nn.Module = RevGCN(
             FEATURES, HIDDEN, CLASSES, num_layers=layers, dropout=dropout, **kwargs
         )
+    elif kind == "GCN":
+        model = GCN(FEATURES, CLASSES, hidden_channels=HIDDEN, num_layers=layers, dropout=dropout)
     else:
         model = ResGEN(FEATURES, HIDDEN, CLASSES, num_layers=layers, dropout=dropout, **kwargs)
     return model.double(), proj.double()
@@ -57,14 +61,21 @@ def _reference(kind: str, order: Tensor, bounds: Tensor) -> dict[str, Any]:
     src, dst = position[edge_index[0]], position[edge_index[1]]
     keep = member[src] == member[dst]
     reordered = torch.stack([src[keep], dst[keep]])
-    logits = model(proj(x)[order], reordered)
+    graph: Any = reordered
+    if kind == "GCN":  # partition-aware layers take the whole graph as one partition
+        every = torch.ones(NODES, dtype=torch.bool)
+        data = Data(
+            x=x, edge_index=reordered, y=y, train_mask=every, val_mask=every, test_mask=every
+        )
+        graph = PartitionedGraph.from_data(data)
+    logits = model(proj(x)[order], graph)
     mask = train_mask[order]
     loss = F.cross_entropy(logits[mask], y[order][mask])
     loss.backward()
     model.eval()
     with torch.no_grad():
         eval_logits = torch.empty_like(logits)
-        eval_logits[order] = model(proj(x)[order], reordered)
+        eval_logits[order] = model(proj(x)[order], graph)
     return {
         "loss": loss.detach(),
         "grads": {n: p.grad for n, p in model.named_parameters()},
@@ -192,6 +203,7 @@ def _check_against_reference(results: list[dict[str, Any]], kind: str, world: in
         (4, "RevGCN", 3, "random"),
         (4, "ResGEN", 1, "metis"),
         (4, "ResGEN", 4, "metis"),
+        (2, "GCN", 2, "metis"),
     ],
 )
 def test_pipeline_equals_single_process_on_the_cut_graph(
