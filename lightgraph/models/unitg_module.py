@@ -33,6 +33,7 @@ from lightgraph.utilities.checks import (
     check_fraction,
     check_int,
     check_non_negative,
+    check_optional_int,
     check_positive,
     check_type,
 )
@@ -134,6 +135,9 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             GNN trains its remaining epochs on the final embeddings (after the next sync).
         bubble_interleave: run the LM jobs inside the pipeline bubbles (flow-parallel only).
         in_channels: the GNN's input width (default: ``model.in_channels``).
+        total_epochs: ``J``, the GNN epochs the LM work is spread over (default: the
+            Trainer's ``max_epochs``; set it when a run is stopped and resumed with another
+            ``max_epochs``).
         seed: seed of the LM batch shuffle.
         multilabel: must be ``False`` (kept for the CLI's data links).
     """
@@ -155,6 +159,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         encode_at: str = "last",
         bubble_interleave: bool = False,
         in_channels: int | None = None,
+        total_epochs: int | None = None,
         seed: int = 0,
         multilabel: bool = False,
     ) -> None:
@@ -182,6 +187,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self.encode_at = check_choice(owner, "encode_at", encode_at, ENCODE_AT)
         self.bubble_interleave = check_bool(owner, "bubble_interleave", bubble_interleave)
         self.seed = check_int(owner, "seed", seed, low=0)
+        self.total_epochs = check_optional_int(owner, "total_epochs", total_epochs)
         if check_bool(owner, "multilabel", multilabel):
             raise ValueError(f"{owner}: multi-label graphs are not supported; got multilabel=True.")
         if in_channels is None:
@@ -279,7 +285,12 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 self._encode_groups = torch.full((n,), groups_g - 1, dtype=torch.long)
             self._sampler = GroupBatchSampler(train_groups, self.lm_batch_size, seed=self.seed)
             self._total_jobs = self.lm_epochs * len(self._sampler)
-            epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1
+            epochs = self.total_epochs or trainer.max_epochs
+            if epochs is None or epochs < 1:
+                raise ValueError(
+                    f"{owner}: the LM's batches are spread over the GNN epochs, so it needs "
+                    f"`total_epochs` or the Trainer's `max_epochs` (got max_epochs={epochs!r})."
+                )
             lm_epochs_span = max(1, math.floor(self.lm_share * epochs))
             self._jobs_per_step = max(1, math.ceil(self._total_jobs / lm_epochs_span))
         pipe = self.parallel_context.flow_pipeline

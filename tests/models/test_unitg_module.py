@@ -226,3 +226,35 @@ def test_bad_input(tmp_path) -> None:
     module = UniTGModule(RevGCN(8, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES)
     with pytest.raises(ValueError, match="in_channels"):
         _trainer(1).fit(module, _datamodule(tmp_path))
+
+
+def test_resume_continues_the_uninterrupted_run(tmp_path) -> None:
+    from lightgraph.callbacks import ModalitySync
+
+    def module() -> UniTGModule:
+        torch.manual_seed(0)
+        return UniTGModule(
+            RevGCN(16, 16, NUM_CLASSES, num_layers=2),
+            NUM_CLASSES,
+            lm=_lm(),
+            lm_epochs=2,
+            lm_batch_size=16,
+            encode_batch_size=16,
+            lm_share=1.0,
+            total_epochs=4,
+        )
+
+    full = module()
+    _trainer(4, callbacks=[ModalitySync(total_epochs=4)]).fit(full, _datamodule(tmp_path))
+
+    first = module()
+    trainer = _trainer(2, callbacks=[ModalitySync(total_epochs=4)])
+    trainer.fit(first, _datamodule(tmp_path))
+    ckpt = tmp_path / "half.ckpt"
+    trainer.save_checkpoint(ckpt)
+    resumed = module()
+    _trainer(4, callbacks=[ModalitySync(total_epochs=4)]).fit(
+        resumed, _datamodule(tmp_path), ckpt_path=str(ckpt)
+    )
+    for name, value in full.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[name], value, msg=name)
