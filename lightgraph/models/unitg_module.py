@@ -142,6 +142,15 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         multilabel: must be ``False`` (kept for the CLI's data links).
     """
 
+    # Per-node buffers of the embedding store and the LM cache (sized in ``setup``).
+    store: Tensor
+    encoded: Tensor
+    store_exit: Tensor
+    lm_cache: Tensor
+    lm_cache_exit: Tensor
+    lm_stamp: Tensor
+    lm_proj: nn.ModuleList | None
+
     def __init__(
         self,
         model: nn.Module,
@@ -331,9 +340,11 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
 
     def _lm_vocab_size(self) -> int | None:
         assert self.lm is not None
-        emb = self.lm.backbone.get_input_embeddings() if hasattr(
-            self.lm.backbone, "get_input_embeddings"
-        ) else None
+        emb = (
+            self.lm.backbone.get_input_embeddings()
+            if hasattr(self.lm.backbone, "get_input_embeddings")
+            else None
+        )
         return int(emb.num_embeddings) if isinstance(emb, nn.Embedding) else None
 
     def configure_optimizers(self) -> Any:
@@ -368,7 +379,11 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             if epoch not in cache:
                 cache[epoch] = self._sampler.batches(epoch)
             group, positions = cache[epoch][k]
-            encode = (torch.arange(j * enc, (j + 1) * enc) % n) if enc and n else torch.empty(0, dtype=torch.long)
+            encode = (
+                (torch.arange(j * enc, (j + 1) * enc) % n)
+                if enc and n
+                else torch.empty(0, dtype=torch.long)
+            )
             jobs.append(LMJob(j, group, self._train_nodes[positions], encode))
         return jobs
 

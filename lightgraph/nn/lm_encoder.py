@@ -95,5 +95,7 @@ class LMEncoder(nn.Module):
         """Rows of the model's input embedding table."""
         return int(self.model.get_input_embeddings().num_embeddings)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Any:
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any
+    ) -> Any:
         return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)

@@ -96,9 +96,7 @@ def test_flow_parallel_unitg_equals_one_process(tmp_path, bubble: bool) -> None:
     for name, value in reference.state_dict().items():
         if name in local:
             continue
-        torch.testing.assert_close(
-            module.state_dict()[name], value, atol=5e-5, rtol=1e-4, msg=name
-        )
+        torch.testing.assert_close(module.state_dict()[name], value, atol=5e-5, rtol=1e-4, msg=name)
     if bubble:
         records = [torch.load(out / f"rank{r}.pt") for r in range(2)]
         for record in records:
