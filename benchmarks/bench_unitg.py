@@ -36,7 +36,9 @@ Five parts (``--parts``, default all), each run in fresh worker subprocesses:
   nodes contiguous) or randomly permuted (the generator's own ids are random with respect
   to the communities, like the permutation). Edges are sorted by (target, source) in
   both orderings, so only the id locality differs. Median of ``--reorder-repeats`` epochs
-  after one untimed epoch, the two orderings interleaved.
+  after one untimed epoch, the two orderings interleaved. Also the aggregation alone
+  (width ``--reorder-hidden``, sum over in-edges): PyG's edge-list path (gather the
+  ``[E, C]`` messages, scatter-add) and a fused CSR ``torch.sparse.mm``.
 * ``memory``: the deepest RevGCN (hidden 128 and 256) whose one training step (forward,
   backward, Adam step on a 500-node graph of average degree 5, small so that steps of
   thousands of layers stay cheap) stays within ``--mem-budget-mib`` (default 128 MiB) of
@@ -59,9 +61,12 @@ cores.
 Usage::
 
     python benchmarks/bench_unitg.py [--parts e2e,lazy,m,reorder,memory] [--epochs 100]
+    python benchmarks/bench_unitg.py --parts e2e,lazy --seeds 1 2 --tag _seeds12 \
+        --e2e-runs lm_then_gnn unitg_single unitg_single_full3 unitg_single_lazy3 unitg_p2
 
-Writes ``benchmarks/results/unitg_<part>.json`` per part and merges every part into
-``benchmarks/results/unitg.json``.
+About 22 minutes for all parts on a quiet 2-core machine (e2e 2, lazy 1.5, m 6.5,
+reorder 4.5, memory 7.5). Writes ``benchmarks/results/unitg_<part><tag>.json`` per part and
+merges every part into ``benchmarks/results/unitg.json`` (key ``<part><tag>``).
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,6 +199,8 @@ def _stopwatch(path: str):  # noqa: ANN202 - a Lightning callback, built lazily
 
         def __init__(self) -> None:
             self.info: dict[str, Any] = {}
+            #: (start, end) of every training pipeline step, on the interleaver's clock
+            self.steps: list[tuple[float, float]] = []
 
         def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
             self.info["fit_start"] = time.time()
@@ -200,6 +208,21 @@ def _stopwatch(path: str):  # noqa: ANN202 - a Lightning callback, built lazily
         def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
             self.info["train_start"] = time.time()
             self.info["torch_threads"] = torch.get_num_threads()
+            context = getattr(pl_module, "parallel_context", None)
+            pipe = getattr(context, "flow_pipeline", None)
+            if pipe is not None:
+                inter = getattr(pl_module, "interleaver", None)
+                clock = inter.timeline.now if inter is not None else time.perf_counter
+                step = pipe.step
+
+                def timed_step(*args: Any, **kwargs: Any) -> Any:
+                    start = clock()
+                    try:
+                        return step(*args, **kwargs)
+                    finally:
+                        self.steps.append((start, clock()))
+
+                pipe.step = timed_step  # the instance attribute shadows the method
 
         def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
             info = self.info
@@ -233,9 +256,24 @@ def _stopwatch(path: str):  # noqa: ANN202 - a Lightning callback, built lazily
                     info["pipeline"]["kept_edge_homophily"] = float(
                         (~cut & same).sum() / (~cut).sum().clamp_min(1)
                     )
+            if self.steps:
+                info["pipeline_steps"] = len(self.steps)
+                info["pipeline_step_s_total"] = sum(e - s for s, e in self.steps)
             inter = getattr(pl_module, "interleaver", None)
             if inter is not None:
                 tl = inter.timeline
+                # LM run time inside the pipeline steps (the bubbles, and the gate waits)
+                # and outside them: the end of the job in progress when a step ended, which
+                # stop() lets finish (BubbleInterleaver counts it as bubble time too).
+                inside = 0.0
+                steps = sorted(self.steps)
+                for iv in tl.intervals("lm"):
+                    for s0, s1 in steps:
+                        if s0 >= iv.end:
+                            break
+                        inside += max(0.0, min(iv.end, s1) - max(iv.start, s0))
+                info["lm_inside_steps_s"] = inside
+                info["lm_after_steps_s"] = tl.busy_time("lm") - inside
                 info["interleaver"] = {
                     "jobs_done": inter.jobs_done,
                     "pauses": inter.pauses,
@@ -267,6 +305,10 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
 
     from lightgraph.cli import build_cli
 
+    seed_overrides = [
+        f"--seed_everything={args.seed}",
+        f"--model.init_args.seed={args.seed}",
+    ]
     if kind == "e2e":
         recipe, overrides, procs = E2E_RUNS[name]
     else:
@@ -276,6 +318,7 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
             f"--model.init_args.lazy_tuner={str(lazy).lower()}",
             f"--model.init_args.lm_epochs={lm_epochs}",
         ]
+    overrides = [*overrides, *seed_overrides]
     if procs > 1:
         overrides = [*overrides, "--trainer.strategy.init_args.start_method=fork"]
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -287,14 +330,14 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
             *overrides,
             f"--trainer.max_epochs={args.epochs}",
             f"--trainer.logger.init_args.save_dir={workdir}",
-            f"--trainer.logger.init_args.name={name}",
+            f"--trainer.logger.init_args.name={name}_seed{args.seed}",
             f"--data.init_args.cache_dir={os.path.join(args.cache_root, 'text_cache')}",
             "--trainer.enable_checkpointing=false",
         ],
         run=False,
     )
-    probe = os.path.join(workdir, f"{name}.stopwatch")
-    cli.trainer.callbacks.append(_stopwatch(probe))
+    probe = os.path.join(workdir, f"{name}_seed{args.seed}.stopwatch")
+    cli.trainer.callbacks.append(_stopwatch(probe))  # type: ignore[attr-defined]
     module = cli.model
     encode_s = [0.0]
     if kind == "lazy":
@@ -315,7 +358,7 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
         "overrides": overrides,
         "processes": procs,
         "makespan_s": makespan,
-        **_summarise(_metrics(workdir, name)),
+        **_summarise(_metrics(workdir, f"{name}_seed{args.seed}")),
     }
     ranks = _read_ranks(probe)
     if ranks:
@@ -326,6 +369,10 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
         inter = [r["interleaver"] for r in ranks if "interleaver" in r]
         if inter:
             result["interleaver_per_rank"] = inter
+        for key in ("pipeline_step_s_total", "lm_inside_steps_s", "lm_after_steps_s"):
+            values = [r[key] for r in ranks if key in r]
+            if values:
+                result[key + "_per_rank"] = values
     if kind == "lazy":
         result["encode_all_s"] = encode_s[0]
         result["lm_finetune_s"] = result.get("lm_time_total", 0.0) - encode_s[0]
@@ -386,7 +433,8 @@ def _graph_dm(data: Any):  # noqa: ANN202
             return self._graph
 
         def _loader(self) -> DataLoader:
-            return DataLoader([self._graph], batch_size=None, collate_fn=_identity)
+            graphs: Any = [self._graph]  # a list is a map-style dataset
+            return DataLoader(graphs, batch_size=None, collate_fn=_identity)
 
         def train_dataloader(self) -> DataLoader:
             return self._loader()
@@ -547,7 +595,29 @@ def worker_reorder(args: argparse.Namespace) -> dict[str, Any]:
             + ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in times.items()),
             flush=True,
         )
+    # The aggregation alone, width = hidden: PyG's edge-list path (gather the [E, C]
+    # messages, scatter-add them) and a fused CSR SpMM, median of 5.
+    kernels = []
+    x = torch.randn(n, hidden, generator=torch.Generator().manual_seed(2))
+    for k in orders:
+        src, dst = graphs[k][3]
+        with warnings.catch_warnings():  # "sparse CSR support is in beta" and the like
+            warnings.simplefilter("ignore")
+            csr = torch.sparse_coo_tensor(
+                torch.stack([dst, src]), torch.ones(src.numel()), (n, n)
+            ).to_sparse_csr()
+        for kernel in ("gather_scatter", "csr_spmm"):
+            times_k = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                if kernel == "csr_spmm":
+                    torch.sparse.mm(csr, x)
+                else:
+                    torch.zeros_like(x).index_add_(0, dst, x.index_select(0, src))
+                times_k.append(time.perf_counter() - t0)
+            kernels.append({"kernel": kernel, "order": k, "s": statistics.median(times_k)})
     return {
+        "aggregation_kernels": kernels,
         "num_nodes": n,
         "num_edges": int(data.edge_index.size(1)),
         "layers": layers,
@@ -569,6 +639,7 @@ def _tensor_meter(budget: int, flag: str | None):  # noqa: ANN202 - a dispatch m
     ``UntypedStorage.resize_`` (what the reversible blocks call to free and restore their
     inputs) is patched to report the new size.
     """
+    import functools
     import weakref
 
     import torch
@@ -591,7 +662,7 @@ def _tensor_meter(budget: int, flag: str | None):  # noqa: ANN202 - a dispatch m
                         f.write(str(self.peak))
                     os._exit(3)
 
-        def _free(self, key: int) -> None:
+        def _freed(self, key: int, _ref: Any) -> None:
             self.refs.pop(key, None)
             self.current -= self.sizes.pop(key, 0)
 
@@ -601,7 +672,7 @@ def _tensor_meter(budget: int, flag: str | None):  # noqa: ANN202 - a dispatch m
                 return
             nbytes = storage.nbytes()
             self.sizes[key] = nbytes
-            self.refs[key] = weakref.ref(storage, lambda _, k=key: self._free(k))
+            self.refs[key] = weakref.ref(storage, functools.partial(self._freed, key))
             self.current += nbytes
             self._check()
 
@@ -770,21 +841,51 @@ def part_e2e(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     runs = args.e2e_runs if kind == "e2e" else args.lazy_runs
     table = E2E_RUNS if kind == "e2e" else LAZY_RUNS
     rows = []
-    for name in runs:
-        procs = table[name][2] if kind == "e2e" else 1  # type: ignore[misc]
-        threads = 1 if procs > 1 else args.threads
-        env = _env(threads)
-        row = _run_worker(
-            ["--worker", kind, name, *_common(args, workdir)],
-            env,
-            os.path.join(workdir, f"{name}.log"),
-            timeout=args.timeout,
-        )
-        row.setdefault("name", name)
-        row["threads_per_process"] = threads
-        rows.append(row)
-        _print_e2e_row(kind, row)
-    return {"rows": rows, **_e2e_verdicts(kind, rows)}
+    for seed in args.seeds:
+        for name in runs:
+            procs = table[name][2] if kind == "e2e" else 1  # type: ignore[misc]
+            threads = 1 if procs > 1 else args.threads
+            env = _env(threads)
+            row = _run_worker(
+                ["--worker", kind, name, "--seed", str(seed), *_common(args, workdir)],
+                env,
+                os.path.join(workdir, f"{name}_seed{seed}.log"),
+                timeout=args.timeout,
+            )
+            row.setdefault("name", name)
+            row["seed"] = seed
+            row["threads_per_process"] = threads
+            rows.append(row)
+            _print_e2e_row(kind, row)
+    out: dict[str, Any] = {"seeds": args.seeds, "rows": rows}
+    for seed in args.seeds:
+        out[f"seed{seed}"] = _e2e_verdicts(kind, [r for r in rows if r["seed"] == seed])
+    if len(args.seeds) > 1:
+        out["mean_over_seeds"] = _mean_rows(rows)
+        for name, m in out["mean_over_seeds"].items():
+            print(
+                f"mean over seeds {args.seeds}: {name:<18} final test {m['final_test_acc']:.4f}"
+                f"  @best val {m['test_acc_at_best_val']:.4f}",
+                flush=True,
+            )
+    return out
+
+
+def _mean_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per run name, the mean (and spread) of the accuracies over the seeds."""
+    out: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(r["name"] for r in rows):
+        mine = [r for r in rows if r["name"] == name and "error" not in r]
+        if not mine:
+            continue
+        entry: dict[str, float] = {"runs": len(mine)}
+        for key in ("final_test_acc", "test_acc_at_best_val", "makespan_s"):
+            values = [r[key] for r in mine if r.get(key) is not None]
+            entry[key] = statistics.fmean(values)
+            entry[key + "_min"] = min(values)
+            entry[key + "_max"] = max(values)
+        out[name] = entry
+    return out
 
 
 def _fmt(value: Any, spec: str = ".2f") -> str:
@@ -792,21 +893,34 @@ def _fmt(value: Any, spec: str = ".2f") -> str:
 
 
 def _print_e2e_row(kind: str, r: dict[str, Any]) -> None:
+    label = r["name"] + (f" s{r['seed']}" if r.get("seed") else "")
     if "error" in r:
-        print(f"{r['name']:<18} ERROR {r['error'][-800:]}", flush=True)
+        print(f"{label:<18} ERROR {r['error'][-800:]}", flush=True)
         return
     if kind == "e2e":
         print(
-            f"{r['name']:<18} P={r['processes']} makespan {r['makespan_s']:7.1f} s  train "
+            f"{label:<18} P={r['processes']} makespan {r['makespan_s']:7.1f} s  train "
             f"{_fmt(r.get('train_s'), '.1f')} s  test {r.get('final_test_acc', 0):.4f} "
             f"(@best val {r.get('test_acc_at_best_val', 0):.4f}, ep {r.get('best_val_epoch')})  "
             f"lm {_fmt(r.get('lm_time_total'))} s  gnn {_fmt(r.get('gnn_time_total'))} s  "
             f"bubble {_fmt(r.get('lm_bubble_time_total'))} s",
             flush=True,
         )
+        if "pipeline_step_s_total_per_rank" in r:
+            line = "    pipeline steps s/rank " + ", ".join(
+                f"{v:.2f}" for v in r["pipeline_step_s_total_per_rank"]
+            )
+            if "lm_inside_steps_s_per_rank" in r:
+                line += "; LM inside steps s/rank " + ", ".join(
+                    f"{v:.2f}" for v in r["lm_inside_steps_s_per_rank"]
+                )
+                line += "; LM after steps (job tails) s/rank " + ", ".join(
+                    f"{v:.2f}" for v in r["lm_after_steps_s_per_rank"]
+                )
+            print(line, flush=True)
     else:
         print(
-            f"{r['name']:<8} fine-tune {r['lm_finetune_s']:6.2f} s (encode_all "
+            f"{label:<8} fine-tune {r['lm_finetune_s']:6.2f} s (encode_all "
             f"{r['encode_all_s']:.2f} s)  GNN test {r.get('final_test_acc', 0):.4f} "
             f"(@best val {r.get('test_acc_at_best_val', 0):.4f})  LM head test "
             f"{r['lm_head_test_acc']:.4f}  makespan {r['makespan_s']:.1f} s",
@@ -931,6 +1045,15 @@ def part_reorder(args: argparse.Namespace) -> dict[str, Any]:
             f"{res['random_over_metis'][m]:>12.2f}x"
         )
     print(f"edge locality: {res['edge_locality']}")
+    kern = {(r["kernel"], r["order"]): r["s"] for r in res["aggregation_kernels"]}
+    res["kernel_random_over_metis"] = {
+        k: kern[(k, "random")] / kern[(k, "metis")] for k in ("gather_scatter", "csr_spmm")
+    }
+    for k in ("gather_scatter", "csr_spmm"):
+        print(
+            f"aggregation {k:<15} METIS {kern[(k, 'metis')] * 1000:6.0f} ms  random "
+            f"{kern[(k, 'random')] * 1000:6.0f} ms  {res['kernel_random_over_metis'][k]:.2f}x"
+        )
     return res
 
 
@@ -1070,6 +1193,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset")
     parser.add_argument("--epochs", type=int, default=100, help="GNN epochs (e2e, lazy)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="e2e / lazy: seed_everything and the LM shuffle seed (the data stays the same)",
+    )
+    parser.add_argument(
+        "--tag", default="", help="suffix of the part's JSON key and file (unitg_<part><tag>)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch threads, one-process runs")
     parser.add_argument("--e2e-runs", nargs="+", default=list(E2E_RUNS), choices=list(E2E_RUNS))
     parser.add_argument("--lazy-runs", nargs="+", default=list(LAZY_RUNS), choices=list(LAZY_RUNS))
@@ -1117,6 +1250,7 @@ def main() -> None:
     parser.add_argument("--mem-hidden", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--mem-layers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--mem-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
@@ -1161,7 +1295,7 @@ def main() -> None:
         else:
             result = part_memory(args)
         result["part_wall_s"] = time.perf_counter() - start
-        _save(part, result, args)
+        _save(part + args.tag, result, args)
         print(f"({part}: {result['part_wall_s']:.0f} s)", flush=True)
     print(f"\nwrote {args.out}/unitg.json; total {time.perf_counter() - total:.0f} s")
     if own_scratch:
