@@ -563,11 +563,13 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         x = self._graph.x
         if self.lm_proj is None:
             return x
-        projected = x.new_zeros(x.shape)
+        # Each encoded row goes through its own exit's map only (one pass over the rows).
+        out = x.clone()
         for group, proj in enumerate(self.lm_proj):
-            rows = self.encoded & (self.store_exit == group)
-            projected = projected + rows.unsqueeze(1).to(x.dtype) * proj(self.store)
-        return torch.where(self.encoded.unsqueeze(1), projected, x)
+            rows = (self.encoded & (self.store_exit == group)).nonzero().view(-1)
+            if rows.numel():
+                out = out.index_put((rows,), proj(self.store[rows]))
+        return out
 
     # ------------------------------------------------------------------------ steps
     def on_train_epoch_start(self) -> None:
