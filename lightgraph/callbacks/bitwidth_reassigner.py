@@ -21,14 +21,18 @@ from lightgraph.utilities.checks import check_bool, check_int
 class BitWidthReassigner(Callback):
     """Re-assign the exchange's bit-widths every ``period`` epochs (AdaQP, §3.3 and §4.2).
 
-    With :class:`~lightgraph.quant.VarianceAwareBits` the policy traces the rows sent
-    during the last training epoch of every period (epochs ``period - 1``,
-    ``2 period - 1``, ...); when that epoch ends, every rank sends its traces to rank 0,
-    which solves the variance–time MILP of every layer and direction, and broadcasts the
-    widths — so they are identical on all ranks and used from epoch ``period`` on. Until
-    then every row uses the policy's ``initial_bits`` (AdaQP: 8). With
+    With :class:`~lightgraph.quant.VarianceAwareBits` the policy traces the rows sent in
+    every training epoch (AdaQP's assigner "keeps tracing all GNN layers' inputs" and
+    solves on the "traced data from the last period", §3.3): each row's range² is
+    averaged over all the exchanges of the period
+    (:meth:`~lightgraph.quant.VarianceAwareBits.observe`). When the last epoch of a period
+    ends (epochs ``period - 1``, ``2 period - 1``, ...), every rank sends its traces to
+    rank 0, which solves the variance–time MILP of every layer and direction, and
+    broadcasts the widths — so they are identical on all ranks and used from the next
+    epoch on; the traces then start afresh for the next period. Until the first
+    re-assignment every row uses the policy's ``initial_bits`` (AdaQP: 8). With
     :class:`~lightgraph.quant.RandomBits` (AdaQP's Table 6 baseline) the callback redraws
-    the random widths at the same times instead.
+    the random widths (a new independent draw per message) at the same times instead.
 
     Logged per epoch (``log=True``): ``assign_seconds`` (wall clock spent re-assigning so
     far, all ranks waiting included) and, for variance-aware policies, the share of rows
@@ -36,7 +40,10 @@ class BitWidthReassigner(Callback):
     one-line histogram is printed on rank 0 after every re-assignment (``verbose``).
 
     The assignment and the re-assignment count are part of the checkpoint: a resumed run
-    sends exactly the widths the uninterrupted run would have sent.
+    sends exactly the widths the uninterrupted run would have sent. The traces of a
+    period interrupted by the checkpoint are not (each rank holds its own, and Lightning
+    saves the callback state of rank 0 only): the first re-assignment after resuming
+    averages the epochs traced since the resume.
 
     Args:
         period: epochs between re-assignments (AdaQP: 50; its Fig. 11 found a moderate
@@ -93,9 +100,8 @@ class BitWidthReassigner(Callback):
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         policy = self._policy
-        epoch = trainer.current_epoch
         if isinstance(policy, VarianceAwareBits):
-            policy.tracing = (epoch + 1) % self.period == 0
+            policy.tracing = True  # every epoch of the period (the exchanger stops it to solve)
         if not self.log:
             return
         log = {"assign_seconds": self.seconds}
@@ -129,9 +135,11 @@ class BitWidthReassigner(Callback):
                 for name, counts in sorted(report.histogram.items()):
                     hist = " ".join(f"{b}b:{n}" for b, n in counts.items())
                     parts.append(f"{name} [{hist}]")
+                traced = min(report.observations.values(), default=0)
                 rank_zero_info(
                     f"BitWidthReassigner: epoch {epoch}: widths re-assigned in {report.seconds:.3f}s "
-                    f"(solver {sum(report.solve_seconds.values()):.3f}s): " + "; ".join(parts)
+                    f"(solver {sum(report.solve_seconds.values()):.3f}s, ranges averaged over "
+                    f"{traced} traced exchanges): " + "; ".join(parts)
                 )
         self.seconds += time.perf_counter() - tic
         self.reassigned.append(epoch)

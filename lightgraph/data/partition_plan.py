@@ -401,11 +401,22 @@ def boundary_importance(in_degree: Tensor, boundary_nodes: Tensor) -> Tensor:
     """Sylvie's importance factor of boundary nodes (§IV-A), zero elsewhere.
 
     .. math::
-        p_v = \\frac{|\\{u \\in B : d_u \\le d_v\\}| - 1}{|B| - 1}, \\quad v \\in B
+        p_v = \\frac{\\underline{r}_v + \\overline{r}_v}{2 (|B| - 1)}, \\quad
+        \\underline{r}_v = |\\{u \\in B : d_u < d_v\\}|, \\quad
+        \\overline{r}_v = |\\{u \\in B : d_u \\le d_v\\}| - 1, \\qquad v \\in B,
 
-    for the set :math:`B` of boundary nodes and global in-degrees :math:`d`: the nodes with
-    the largest in-degree get 1, the rest are interpolated by their in-degree rank, and
-    equal in-degrees share a value.
+    for the set :math:`B` of boundary nodes and global in-degrees :math:`d`: the
+    *mid-rank* of :math:`d_v` (the mean of the lowest and the highest 0-based rank its tie
+    occupies in the sorted pool) scaled to :math:`[0, 1]`, except that the nodes with the
+    largest in-degree get :math:`p = 1` ("boundary nodes with the maximum in-degree values
+    are assigned to p = 1"). Equal in-degrees share a value; without ties this is
+    :math:`\\mathrm{rank} / (|B| - 1)`. Sylvie matches the sorted in-degrees "with evenly
+    distributed percentiles" and does not say where a tie goes; the mid-rank keeps the
+    share of nodes in every importance band of
+    :class:`~lightgraph.quant.DegreeAwareBits` close to the band's width, where the
+    highest rank of the tie would lift a long run of equal low degrees (common on
+    power-law graphs) into a wider band. A pool of one node, or of equal degrees, is all
+    "largest": 1.
 
     Args:
         in_degree: ``[num_nodes]`` global in-degrees.
@@ -417,6 +428,9 @@ def boundary_importance(in_degree: Tensor, boundary_nodes: Tensor) -> Tensor:
         return importance
     deg = in_degree[pool]
     sorted_deg = torch.sort(deg).values
-    rank = torch.searchsorted(sorted_deg, deg, right=True) - 1
-    importance[pool] = rank.float() / max(pool.numel() - 1, 1)
+    lowest = torch.searchsorted(sorted_deg, deg, right=False)  # nodes with a smaller degree
+    highest = torch.searchsorted(sorted_deg, deg, right=True) - 1
+    p = (lowest + highest).double() / (2 * max(pool.numel() - 1, 1))
+    p[deg == sorted_deg[-1]] = 1.0
+    importance[pool] = p.float()
     return importance

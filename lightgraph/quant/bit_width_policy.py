@@ -24,8 +24,9 @@ class BitWidthPolicy(ABC):
     ranks). No bit-width metadata is sent.
 
     Node-wise policies implement :meth:`row_bits`. Policies whose widths depend on the
-    device pair a row travels between (:class:`~lightgraph.quant.VarianceAwareBits`)
-    override :meth:`message_bits` instead, which sees the whole message layout.
+    device pair a row travels between (:class:`~lightgraph.quant.VarianceAwareBits`,
+    :class:`~lightgraph.quant.RandomBits`) override :meth:`message_bits` instead, which
+    sees the whole message layout, and refuse :meth:`row_bits`.
 
     Attributes:
         base_bits: the time-adaptive base width :math:`b_t`
@@ -89,7 +90,9 @@ class BitWidthPolicy(ABC):
     ) -> None:
         """Rows this rank sends in one complete exchange (called only while :attr:`tracing`).
 
-        ``alpha2`` holds the receiver-side aggregation coefficients of this rank's halo rows
+        Called once per traced exchange, so a policy sees every epoch it traces
+        (:class:`~lightgraph.quant.VarianceAwareBits` averages them). ``alpha2`` holds the
+        receiver-side aggregation coefficients of this rank's halo rows
         (:func:`~lightgraph.quant.aggregation_coefficients`) for forward exchanges.
         """
 

@@ -87,6 +87,8 @@ class AssignmentReport:
     histogram: dict[str, dict[int, int]] = field(default_factory=dict)  # rows per width
     predicted_seconds: dict[str, float] = field(default_factory=dict)  # time term Z
     predicted_seconds_max_bits: dict[str, float] = field(default_factory=dict)
+    #: exchanges averaged into the traces per "layer/direction" (the fewest of any rank)
+    observations: dict[str, int] = field(default_factory=dict)
 
 
 def _pair_rows(
@@ -105,7 +107,12 @@ def _pair_rows(
             if direction == "forward":  # owner sends its rows; the holder aggregates them
                 ranges = contributions[owner][key]["ranges2"][holder]
                 alpha2 = contributions[holder][key]["alpha2"][owner]
-            else:  # the holder sends halo gradients back; the owner adds them (coefficient 1)
+            else:
+                # The holder sends the gradient of its halo row k, already aggregated
+                # (sum_v alpha_{k,v} dL/dz_v), and the owner adds it to the gradient of its
+                # row: the quantisation noise enters with coefficient 1 (see
+                # VarianceAwareBits, "Backward messages"). Weighting by sum_v alpha^2 again
+                # would count the coefficients twice.
                 ranges = contributions[holder][key]["ranges2"][owner]
                 alpha2 = np.ones_like(ranges)
             if ranges.shape != alpha2.shape:
@@ -219,11 +226,14 @@ class VarianceAwareBits(BitWidthPolicy):
     (:class:`~lightgraph.callbacks.BitWidthReassigner`, AdaQP's default every 50 epochs)
     the policy
 
-    1. traces the rows each rank sends during one training epoch (the value range of
-       every row; :attr:`tracing`) and computes the receivers' aggregation coefficients
-       :math:`\\sum_v \\alpha^2_{k,v}` from the plan (:func:`aggregation_coefficients`;
-       gradients sent back are added with coefficient 1, since the holder already
-       applied the coefficients before sending);
+    1. traces the rows each rank sends in every exchange while :attr:`tracing` is on —
+       :class:`~lightgraph.callbacks.BitWidthReassigner` keeps it on for every epoch of
+       the period, as AdaQP's assigner "keeps tracing" and solves on "traced data from
+       the last period" (§3.3) — keeping the running mean of every row's
+       :math:`(\\max h_k - \\min h_k)^2` over the traced exchanges (:meth:`observe`), and
+       computes the receivers' aggregation coefficients :math:`\\sum_v \\alpha^2_{k,v}`
+       from the plan (:func:`aggregation_coefficients`; backward messages use
+       coefficient 1, see below);
     2. the runtime (:func:`~lightgraph.distributed.reassign_bits`) gathers the traces
        (:attr:`traces`) on rank 0, where :meth:`solve` sorts each pair's messages by β,
        cuts them into groups of ``group_size`` and solves the bi-objective MILP of Eq. 12
@@ -235,6 +245,41 @@ class VarianceAwareBits(BitWidthPolicy):
     The policy itself is pure: it owns no process group and makes no collective call.
 
     Until the first assignment every row is sent with ``initial_bits`` (AdaQP: 8).
+
+    **Why a mean over the period.** β is the variance one exchange adds; the widths chosen
+    now serve the whole next period, so the estimate is the average β of the period just
+    traced. AdaQP's public code sums :math:`D (\\max - \\min)^2 / 6` over every traced
+    exchange; the sum is the mean times the number of exchanges, the same for every row
+    of a problem, so with the default normalisations (``"nadir_utopia"``,
+    ``"magnitude"``, invariant to scaling β) both give the same widths, and the mean keeps
+    β in per-exchange units for ``normalization="none"`` (where the time term is per
+    exchange too). A maximum would let one outlier epoch decide the whole period.
+
+    **Backward messages.** Forward, the owner sends row :math:`h_k` and the holder
+    aggregates it into its inner rows, :math:`z_v \\mathrel{+}= \\alpha_{k,v} h_k`, so
+    the noise of :math:`\\hat h_k` reaches the holder's aggregates with variance
+    :math:`\\sum_v \\alpha^2_{k,v} \\mathrm{Var}[\\hat h_k]` — Theorem 3's
+    :math:`N^2` term, with the coefficients the *holder* knows (its plan), paired with the
+    range the *owner* traced. Backward, lightgraph sends the other way what autograd
+    produced on the holder: the gradient of halo row :math:`k`,
+    :math:`g_k = \\sum_v \\alpha_{k,v}\\, \\partial L / \\partial z_v`, already
+    aggregated; the owner adds :math:`\\hat g_k` to the gradient of its row with
+    coefficient 1. The traced range is that of :math:`g_k` itself, so the variance added
+    to the aggregated gradient (Theorem 3's :math:`M^2` term,
+    :math:`\\mathrm{Var}[\\sum_k \\alpha_{k,v}\\, \\partial L / \\partial \\hat h_k]`) is
+    :math:`D (\\max g_k - \\min g_k)^2 / 6` per unit of :math:`1/(2^b-1)^2`: the
+    coefficients are inside the message and weighting by :math:`\\sum_v \\alpha^2_{k,v}`
+    again would scale β as :math:`\\alpha^4`. (AdaQP's code sends the other kind of
+    backward message — each owner sends the *unaggregated* output gradients of its own
+    rows, which the receiver aggregates over the reversed edges — and so weighs them by
+    backward coefficients; both compute the same exact gradient and differ only in what
+    is quantised.) AdaQP's code also squares the *sum* of a message's coefficients,
+    :math:`(\\sum_v \\alpha_{k,v})^2`, where the paper's variance (Theorem 3, Eq. 12) has
+    :math:`\\sum_v \\alpha^2_{k,v}`. One row's noise :math:`e_k` enters every aggregate
+    :math:`z_v` it feeds; the paper's form is the noise variance summed over those
+    aggregates (the weight-gradient variance when their upstream gradients are
+    uncorrelated), the code's the variance of their sum (the worst case, all aligned).
+    lightgraph uses the paper's :math:`\\sum_v \\alpha^2_{k,v}`.
 
     The pair costs :math:`\\theta_i, \\gamma_i` come from ``cost_model``: ``None``
     profiles real transfers when the exchanger starts
@@ -374,42 +419,93 @@ class VarianceAwareBits(BitWidthPolicy):
     def observe(
         self, plan: HaloPlan, layer: str, direction: str, rows: Tensor, alpha2: Tensor | None
     ) -> None:
-        """Record the value range of every sent row and, forward, the receiver's coefficients.
+        """Add one exchange to the traces: every sent row's range² and, forward, the coefficients.
+
+        Calls accumulate until :meth:`apply`: :attr:`traces` reports, per row, the mean of
+        :math:`(\\max - \\min)^2` over every exchange observed for the layer and direction
+        (all the epochs of the period while :attr:`tracing` stays on). The sums stay on the
+        rows' device, so tracing adds no host synchronisation to an exchange.
 
         Args:
             plan: the calling rank's exchange topology.
             layer: the exchanging layer.
             direction: ``"forward"`` or ``"backward"``.
-            rows: the rows this rank sends, in message order.
+            rows: the rows this rank sends, in message order (the same rows every call).
             alpha2: ``[num_halo]`` :func:`aggregation_coefficients` of this rank's halo rows
                 (needed forward: this rank is the receiver of those rows).
         """
+        owner = "VarianceAwareBits.observe"
+        if direction not in DIRECTIONS:
+            raise ValueError(
+                f"{owner}: expected `direction` to be one of {DIRECTIONS} but got {direction!r}."
+            )
+        counts = list(plan.send_counts if direction == "forward" else plan.halo_counts)
         flat = rows.detach().reshape(rows.size(0), -1)
+        if flat.size(0) != sum(counts):
+            raise ValueError(
+                f"{owner}: expected {sum(counts)} rows for {layer}/{direction} (the plan's "
+                f"{'send' if direction == 'forward' else 'halo'} rows) but got {flat.size(0)}."
+            )
         if flat.size(0):
-            ranges2 = (flat.amax(1) - flat.amin(1)).double().square().cpu().numpy()
+            ranges2 = (flat.amax(1) - flat.amin(1)).double().square()
         else:
-            ranges2 = np.zeros(0)
-        counts = plan.send_counts if direction == "forward" else plan.halo_counts
-        splits = np.split(ranges2, np.cumsum(counts)[:-1])
-        entry: dict[str, Any] = {
-            "dim": int(flat.size(1)),
-            "ranges2": {q: splits[q] for q in range(plan.num_parts) if q != plan.rank},
-        }
-        if direction == "forward":
-            if alpha2 is None:
-                raise ValueError(
-                    "VarianceAwareBits.observe: expected `alpha2` (the receiver's aggregation "
-                    "coefficients) for a forward exchange but got None."
-                )
-            parts = np.split(alpha2.cpu().numpy(), np.cumsum(plan.halo_counts)[:-1])
-            entry["alpha2"] = {q: parts[q] for q in range(plan.num_parts) if q != plan.rank}
-        self._traces[(layer, direction)] = entry
+            ranges2 = torch.zeros(0, dtype=torch.float64, device=flat.device)
+        if direction == "forward" and alpha2 is None:
+            raise ValueError(
+                f"{owner}: expected `alpha2` (the receiver's aggregation coefficients) for a "
+                "forward exchange but got None."
+            )
+        key = (layer, direction)
+        acc = self._traces.get(key)
+        if acc is None:
+            acc = {
+                "dim": int(flat.size(1)),
+                "rank": plan.rank,
+                "num_parts": plan.num_parts,
+                "counts": counts,
+                "halo_counts": list(plan.halo_counts),
+                "sum": ranges2.clone(),
+                "observations": 0,
+            }
+            self._traces[key] = acc
+        elif acc["dim"] != int(flat.size(1)) or acc["counts"] != counts:
+            raise RuntimeError(
+                f"{owner}: the rows of {layer}/{direction} changed within a period "
+                f"({acc['counts']} rows per peer of dimension {acc['dim']}, now {counts} of "
+                f"dimension {int(flat.size(1))}); re-assign before changing the model or the plan."
+            )
+        else:
+            acc["sum"] += ranges2.to(acc["sum"].device)
+        acc["observations"] += 1
+        if alpha2 is not None:
+            acc["alpha2"] = alpha2  # a property of the plan: the latest is the value
 
     # ------------------------------------------------------------------ re-assignment
     @property
     def traces(self) -> dict[Key, dict[str, Any]]:
-        """This rank's traces since the last :meth:`apply` (what the runtime gathers)."""
-        return self._traces
+        """This rank's traces since the last :meth:`apply` (what the runtime gathers).
+
+        Per ``(layer, direction)``: ``dim`` (:math:`D`), ``observations`` (exchanges
+        traced), ``ranges2`` (per peer, the mean range² of the rows sent to it, in message
+        order) and, forward, ``alpha2`` (per peer, :math:`\\sum_v \\alpha^2_{k,v}` of the halo
+        rows received from it). Plain NumPy arrays, ready to pickle.
+        """
+        out: dict[Key, dict[str, Any]] = {}
+        for key, acc in self._traces.items():
+            me, parts = acc["rank"], acc["num_parts"]
+            mean = (acc["sum"] / acc["observations"]).cpu().numpy()
+            splits = np.split(mean, np.cumsum(acc["counts"])[:-1])
+            entry: dict[str, Any] = {
+                "dim": acc["dim"],
+                "observations": acc["observations"],
+                "ranges2": {q: splits[q] for q in range(parts) if q != me},
+            }
+            if "alpha2" in acc:
+                a2 = acc["alpha2"].detach().double().cpu().numpy()
+                blocks = np.split(a2, np.cumsum(acc["halo_counts"])[:-1])
+                entry["alpha2"] = {q: blocks[q] for q in range(parts) if q != me}
+            out[key] = entry
+        return out
 
     def apply(self, table: Mapping[Key, dict[Pair, np.ndarray]], report: AssignmentReport) -> None:
         """Use the widths :meth:`solve` chose (on every rank); clears the traces, bumps :attr:`version`.
@@ -496,6 +592,9 @@ class VarianceAwareBits(BitWidthPolicy):
             report.status[name] = result.status
             report.predicted_seconds[name] = result.time_term
             report.predicted_seconds_max_bits[name] = widest
+            report.observations[name] = min(
+                int(c[key].get("observations", 1)) for c in contributions
+            )
         return table, report
 
     def histogram(self) -> dict[str, dict[int, int]]:

@@ -64,6 +64,7 @@ class Record(Callback):
                 "state": policy.state_dict() if hasattr(policy, "state_dict") else None,
                 "restored": self.restored,
                 "histogram": policy.histogram() if hasattr(policy, "histogram") else None,
+                "observations": [r.observations for r in getattr(policy, "reports", [])],
                 "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
             },
             os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"),
@@ -128,9 +129,12 @@ def test_period_is_honoured_and_ranks_agree(tmp_path) -> None:
         tmp_path, "run", VarianceAwareBits(cost_model=COST, group_size=8), epochs=5, period=2
     )
     for rec in records:
-        # Traced in the last epoch of every period, re-assigned when it ends.
-        assert [e["tracing"] for e in rec["epochs"]] == [False, True, False, True, False]
+        # Traced in every epoch, re-assigned when a period ends ...
+        assert [e["tracing"] for e in rec["epochs"]] == [True] * 5
         assert rec["reassigned"] == [1, 3]
+        # ... from the ranges of both epochs of the period, for every layer and direction.
+        keys = {"layer0/forward", "layer1/forward", "layer1/backward"}
+        assert rec["observations"] == [dict.fromkeys(keys, 2)] * 2
         assert [e["version"] for e in rec["epochs"]] == [0, 0, 1, 1, 2]
         assert rec["metrics"]["assign_seconds"] > 0
         # Layer 0 receives raw features (no backward exchange); layer 1 both ways.
@@ -168,8 +172,12 @@ def test_resume_restores_the_assignment_and_the_schedule(tmp_path) -> None:
         assert rec["restored"]["version"] == 1
         # ... and the schedule continues: epochs 3..5, re-assigned after 3 and 5.
         assert [e["epoch"] for e in rec["epochs"]] == [3, 4, 5]
-        assert [e["tracing"] for e in rec["epochs"]] == [True, False, True]
+        assert [e["tracing"] for e in rec["epochs"]] == [True, True, True]
         assert rec["reassigned"] == [1, 3, 5]
+        # The period interrupted by the checkpoint (epochs 2-3) averages the epoch traced
+        # since the resume; the next one (4-5) both of its epochs.
+        keys = {"layer0/forward", "layer1/forward", "layer1/backward"}
+        assert rec["observations"] == [dict.fromkeys(keys, 1), dict.fromkeys(keys, 2)]
     assert _same_state(resumed[0]["state"], resumed[1]["state"])
 
 

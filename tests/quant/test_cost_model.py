@@ -17,7 +17,6 @@ from lightgraph.quant.cost_model import (
     ring_schedule,
 )
 from lightgraph.quant.milp_assignment import solve_bit_assignment
-from tests.distributed_helpers import run_distributed
 
 SIZES = np.array([1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22], dtype=float)
 

@@ -9,14 +9,15 @@ import torch.distributed as dist
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from lightgraph.data.partition_plan import build_partition_plans
+from lightgraph.distributed import HaloExchanger
 from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW, packed_nbytes
 from lightgraph.quant import (
+    AssignmentReport,
     CommCostModel,
     VarianceAwareBits,
     aggregation_coefficients,
     solve_exchange,
 )
-from lightgraph.distributed import HaloExchanger
 from tests.distributed_helpers import run_distributed
 from tests.graphs import tricky_graph
 
@@ -298,3 +299,208 @@ def test_bad_cost_model_type() -> None:
 def test_unknown_aggregation() -> None:
     with pytest.raises(ValueError, match="`aggregation`"):
         aggregation_coefficients(_plans(2)[0], "max")
+
+
+# ----------------------------------------------------------------------------------------
+# β on a hand-built plan, and the period's traces.
+#
+# The graph (6 nodes; rank 0 owns 0-2, rank 1 owns 3-5; ``u -> v`` = message from u to v):
+#
+#     3 -> 0   3 -> 1   4 -> 1   1 -> 0   2 -> 1   0 -> 4   5 -> 4   4 -> 3
+#
+# Global in-degrees: d0 = 2, d1 = 3, d2 = 0, d3 = 1, d4 = 2, d5 = 0. Rank 0 holds the
+# halo rows [3, 4] (both owned by rank 1): 3 feeds inner nodes 0 and 1, 4 feeds 1. Rank 1
+# holds [0] (owned by rank 0), which feeds 4. The holder's coefficients:
+#
+#   mean (1/d_v):                 Σα²(3) = 1/2² + 1/3² = 13/36, Σα²(4) = 1/9, Σα²(0) = 1/4
+#   gcn (1/√((d_k+1)(d_v+1))):    Σα²(3) = 1/6 + 1/8 = 7/24,    Σα²(4) = 1/12, Σα²(0) = 1/9
+#
+# Forward messages: 0 -> 1 carries row 0, 1 -> 0 carries rows [3, 4]. Backward the holders
+# send the gradients of those halo rows back, already aggregated: weight 1.
+TINY_EDGES = [(3, 0), (3, 1), (4, 1), (1, 0), (2, 1), (0, 4), (5, 4), (4, 3)]
+TINY_ALPHA2 = {
+    "mean": {"3": 13 / 36, "4": 1 / 9, "0": 1 / 4},
+    "gcn": {"3": 7 / 24, "4": 1 / 12, "0": 1 / 9},
+}
+
+
+def _tiny():
+    from torch_geometric.data import Data
+
+    n = 6
+    data = Data(
+        x=torch.zeros(n, 4, dtype=torch.float64),
+        y=torch.zeros(n, dtype=torch.long),
+        edge_index=torch.tensor(TINY_EDGES).t().contiguous(),
+        train_mask=torch.ones(n, dtype=torch.bool),
+        val_mask=torch.zeros(n, dtype=torch.bool),
+        test_mask=torch.zeros(n, dtype=torch.bool),
+    )
+    return data, build_partition_plans(data, torch.tensor([0, 0, 0, 1, 1, 1]), 2)
+
+
+def _row(width: float) -> list[float]:
+    """A 4-value row whose range is ``width``."""
+    return [0.5, 0.5 + width, 0.5, 0.5 + width / 2]
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "gcn"])
+def test_beta_of_a_hand_built_plan(aggregation: str) -> None:
+    data, plans = _tiny()
+    assert plans[0].global_ids.tolist() == [0, 1, 2, 3, 4] and plans[0].halo_counts == [0, 2]
+    assert plans[1].global_ids.tolist() == [3, 4, 5, 0] and plans[1].halo_counts == [1, 0]
+    policies = [VarianceAwareBits(cost_model=COST) for _ in plans]
+    rows = {  # per rank and direction: the rows sent in two epochs (ranges listed)
+        (0, "forward"): [[3.0], [2.0]],  # row 0 to rank 1: range² 9, 4 -> mean 6.5
+        (1, "forward"): [[2.0, 1.0], [4.0, 1.0]],  # rows 3, 4 to rank 0: means 10, 1
+        (0, "backward"): [[0.5, 1.0], [1.5, 1.0]],  # grads of halo 3, 4: means 1.25, 1
+        (1, "backward"): [[3.0], [1.0]],  # grad of halo 0: mean 5
+    }
+    for epoch in range(2):
+        for rank, plan in enumerate(plans):
+            for direction in ("forward", "backward"):
+                sent = torch.tensor([_row(w) for w in rows[(rank, direction)][epoch]])
+                alpha2 = aggregation_coefficients(plan, aggregation)
+                policies[rank].observe(
+                    plan.halo, "l", direction, sent, alpha2 if direction == "forward" else None
+                )
+    traces = [p.traces for p in policies]
+    assert traces[0][("l", "forward")]["observations"] == 2
+    cost = CommCostModel.from_config(COST["theta"], COST["gamma"], world_size=2)
+    solver = VarianceAwareBits(cost_model=cost)
+    solver.solve(traces, 2, ring=True)
+    a = TINY_ALPHA2[aggregation]
+    expected = {
+        ("l", "forward"): {(0, 1): ([6.5], [a["0"]]), (1, 0): ([10.0, 1.0], [a["3"], a["4"]])},
+        ("l", "backward"): {(0, 1): ([5.0], [1.0]), (1, 0): ([1.25, 1.0], [1.0, 1.0])},
+    }
+    assert set(solver.last_problems) == set(expected)
+    for key, pairs in expected.items():
+        merged, dim = solver.last_problems[key]
+        assert dim == 4
+        for pair, (ranges2, alpha2) in pairs.items():
+            np.testing.assert_allclose(merged[pair][0], ranges2, rtol=1e-12)
+            np.testing.assert_allclose(merged[pair][1], alpha2, rtol=1e-12)
+        # β_k = Σα² · D · range² / 6; all rows at 2 bits: V = Σ_k β_k / 3².
+        beta = sum(r * w * 4 / 6 for r2, a2 in pairs.values() for r, w in zip(r2, a2, strict=True))
+        _, result, _ = solve_exchange(merged, 4, key[1], cost, 2, bits=(2,), group_size=1)
+        assert result.variance_term == pytest.approx(beta / 9, rel=1e-12)
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "gcn"])
+def test_beta_is_the_noise_each_message_adds_where_it_is_used(aggregation: str) -> None:
+    """Independent check of both coefficients: quantise the actual messages many times and
+    measure the variance they add — forward to the holder's aggregates z = A h (dense A of
+    the whole graph), backward to the owner's gradient (the holder's autograd gradient of
+    its halo row, added with coefficient 1) — against β / (2^b - 1)²."""
+    from lightgraph.functional.quantize import dequantize, quantize
+
+    data, plans = _tiny()
+    dim, trials, bits = 512, 200, 4
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(data.num_nodes, dim, generator=gen, dtype=torch.float64)
+    upstream = torch.randn(data.num_nodes, dim, generator=gen, dtype=torch.float64)  # dL/dz
+    a = _dense_coefficients(data, aggregation)  # a[v, u]: weight of u's row in z_v
+
+    def noise2(row: torch.Tensor) -> float:
+        """E ||q(row) - row||² over `trials` stochastic roundings of `row`."""
+        batch = row.expand(trials, -1).contiguous()
+        err = dequantize(quantize(batch, bits, gen), dtype=torch.float64) - batch
+        return float(err.square().sum(1).mean())
+
+    policies = [VarianceAwareBits(cost_model=COST) for _ in plans]
+    measured = {"forward": 0.0, "backward": 0.0}
+    for rank, plan in enumerate(plans):
+        ids = plan.global_ids
+        inner, n = ids[: plan.num_inner], plan.num_inner
+        # Forward message: this rank's rows for its peers.
+        policies[rank].observe(
+            plan.halo,
+            "l",
+            "forward",
+            h[ids[plan.send_index]],
+            aggregation_coefficients(plan, aggregation),
+        )
+        # Backward message: the holder's gradient of each halo row, by autograd.
+        x = h[ids].clone().requires_grad_(True)
+        ((a[inner][:, ids] @ x) * upstream[inner]).sum().backward()
+        grads = x.grad[n:]
+        policies[rank].observe(plan.halo, "l", "backward", grads, None)
+        for j, k in enumerate(ids[n:].tolist()):
+            # The received row's noise e_k enters z_v as a[v, k] e_k on this (holding) rank.
+            measured["forward"] += float(a[inner, k].square().sum()) * noise2(h[k])
+            # Its gradient travels back and is added to the owner's gradient as is.
+            measured["backward"] += noise2(grads[j])
+    cost = CommCostModel.from_config(COST["theta"], COST["gamma"], world_size=2)
+    solver = VarianceAwareBits(cost_model=cost)
+    solver.solve([p.traces for p in policies], 2, ring=True)
+    for direction in ("forward", "backward"):
+        merged, d = solver.last_problems[("l", direction)]
+        _, result, _ = solve_exchange(merged, d, direction, cost, 2, bits=(bits,), group_size=1)
+        # D·S²/6 assumes uniformly spread fractions; bf16 scales are rounded up (< 2 %).
+        assert result.variance_term == pytest.approx(measured[direction], rel=0.08), direction
+
+
+def test_traces_average_every_exchange_of_the_period() -> None:
+    plans = _plans(3)
+    plan = plans[1]
+    policy = VarianceAwareBits(cost_model=COST)
+    gen = torch.Generator().manual_seed(3)
+    alpha2 = aggregation_coefficients(plan, "mean")
+    sent = [torch.randn(plan.send_index.numel(), 5, generator=gen) * (e + 1) for e in range(3)]
+    grads = [torch.randn(plan.num_halo, 5, generator=gen) * (3 - e) for e in range(3)]
+    for e in range(3):  # three epochs of one period
+        policy.observe(plan.halo, "l", "forward", sent[e], alpha2)
+        policy.observe(plan.halo, "l", "backward", grads[e], None)
+
+    def mean_range2(batches: list[torch.Tensor]) -> np.ndarray:
+        return np.mean([((b.amax(1) - b.amin(1)).double() ** 2).numpy() for b in batches], axis=0)
+
+    traces = policy.traces
+    for direction, batches, counts in (
+        ("forward", sent, plan.send_counts),
+        ("backward", grads, plan.halo_counts),
+    ):
+        entry = traces[("l", direction)]
+        assert entry["observations"] == 3 and entry["dim"] == 5
+        want = np.split(mean_range2(batches), np.cumsum(counts)[:-1])
+        assert set(entry["ranges2"]) == {0, 2}
+        for q in (0, 2):
+            np.testing.assert_allclose(entry["ranges2"][q], want[q], rtol=1e-6)
+    coeff = np.split(alpha2.numpy(), np.cumsum(plan.halo_counts)[:-1])
+    for q in (0, 2):
+        np.testing.assert_array_equal(traces[("l", "forward")]["alpha2"][q], coeff[q])
+    assert "alpha2" not in traces[("l", "backward")]
+    # Every epoch counts: the traced mean differs from any single epoch's ranges.
+    for e in range(3):
+        assert not np.allclose(
+            np.concatenate(list(traces[("l", "forward")]["ranges2"].values())),
+            mean_range2([sent[e]]),
+        )
+    # A re-assignment consumes the period: the next one starts afresh.
+    policy.apply({}, AssignmentReport(epoch=2, seconds=0.0))
+    assert policy.traces == {}
+    policy.observe(plan.halo, "l", "forward", sent[2], alpha2)
+    fresh = policy.traces[("l", "forward")]
+    assert fresh["observations"] == 1
+    np.testing.assert_allclose(
+        np.concatenate([fresh["ranges2"][0], fresh["ranges2"][2]]),
+        mean_range2([sent[2]]),
+        rtol=1e-6,
+    )
+
+
+def test_observe_refuses_rows_that_change_within_a_period() -> None:
+    plan = _plans(2)[0]
+    policy = VarianceAwareBits(cost_model=COST)
+    rows = torch.randn(plan.send_index.numel(), 4)
+    alpha2 = aggregation_coefficients(plan, "sum")
+    policy.observe(plan.halo, "l", "forward", rows, alpha2)
+    with pytest.raises(RuntimeError, match="changed within a period"):
+        policy.observe(plan.halo, "l", "forward", torch.randn(plan.send_index.numel(), 3), alpha2)
+    with pytest.raises(ValueError, match=f"expected {plan.send_index.numel()} rows for l/forward"):
+        policy.observe(plan.halo, "l", "forward", rows[1:], alpha2)
+    with pytest.raises(ValueError, match="`alpha2`"):
+        policy.observe(plan.halo, "l", "forward", rows, None)
+    with pytest.raises(ValueError, match="`direction`"):
+        policy.observe(plan.halo, "l", "sideways", rows, alpha2)
