@@ -9,6 +9,7 @@ from typing_extensions import override
 
 from lightgraph.callbacks.ldr_schedule import LDRSchedule
 from lightgraph.distributed.context import parallel_context
+from lightgraph.functional.loss_descent_rate import DEFAULT_READING
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
 from lightgraph.quant.fixed_bits import FixedBits
 from lightgraph.utilities.checks import BITS, check_bits
@@ -19,26 +20,33 @@ class AdaptiveBitWidth(LDRSchedule[int]):
 
     Sets the halo exchanger's ``policy.base_bits`` (:math:`b_t`) before every
     training epoch from the Loss Descent Rate of the previous ones (see
-    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` for the definition and
-    the sign convention; *degraded* means :math:`LDR_t > LDR_{t-\\delta}`, i.e. the loss
-    now falls more slowly than :math:`\\delta` epochs ago):
+    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` for the definition,
+    the sign convention and the two readings; :math:`\\mathrm{more}(t)` is its
+    :meth:`~lightgraph.functional.loss_descent_rate.LossDescentRate.more_precision`):
 
     .. math::
 
         b_0 = b_{min}, \\qquad
         b_{t+1} = \\begin{cases}
-            \\min(2 b_t, b_{max}) & t > \\delta \\text{ and degraded}(t) \\\\
-            \\max(b_t / 2, b_{min}) & t > \\delta \\text{ and not degraded}(t) \\\\
+            \\min(2 b_t, b_{max}) & t > \\delta \\text{ and more}(t) \\\\
+            \\max(b_t / 2, b_{min}) & t > \\delta \\text{ and not more}(t) \\\\
             b_t & t \\le \\delta
         \\end{cases}
 
-    Training starts cheap (:math:`b_{min}`); a slowing descent (convergence, or too much
-    quantisation error) doubles the width, a healthy one halves it again. The policy's
+    with, for ``reading="more_precision_when_descent_slows"``,
+    :math:`\\mathrm{more}(t) \\iff LDR_t > LDR_{t-\\delta}` (the loss now falls more
+    slowly than :math:`\\delta` epochs ago: convergence, or too much quantisation error,
+    doubles the width; a healthy descent halves it again), and for
+    ``reading="more_precision_when_descent_speeds_up"``,
+    :math:`\\mathrm{more}(t) \\iff LDR_t < LDR_{t-\\delta}` (Eq. 5's inequality read
+    literally with the signed LDR). Training starts cheap (:math:`b_{min}`). The policy's
     data-adaptive part (e.g. :class:`~lightgraph.quant.DegreeAwareBits`) then refines the
     per-node widths on top of :math:`b_t`.
 
     :math:`L_t` is the epoch-level ``monitor`` metric (the global training loss
-    :class:`~lightgraph.models.NodeClassifier` logs as ``train_loss``), :math:`et_t` the
+    :class:`~lightgraph.models.NodeClassifier` logs as ``train_loss``: the mean over all
+    training nodes, i.e. the partitions' means weighted by their training nodes, not
+    Sylvie's unweighted mean of the partitions' losses), :math:`et_t` the
     wall time of the epoch's training batches. Decisions are taken from rank 0's values
     and are identical on all ranks. The width of every epoch is logged as ``bitwidth``
     (with ``log=True``) and kept in :attr:`history`.
@@ -56,6 +64,9 @@ class AdaptiveBitWidth(LDRSchedule[int]):
         smoothing: :math:`\\lambda` of the running average loss (Sylvie: 0.9).
         monitor: the logged epoch-level training loss.
         log: log ``bitwidth`` every epoch.
+        reading: when to double the width, ``"more_precision_when_descent_slows"`` or
+            ``"more_precision_when_descent_speeds_up"`` (see above and
+            ``docs/callbacks.md`` for the measured choice of the default).
     """
 
     _log_key = "bitwidth"
@@ -68,6 +79,7 @@ class AdaptiveBitWidth(LDRSchedule[int]):
         smoothing: float = 0.9,
         monitor: str = "train_loss",
         log: bool = True,
+        reading: str = DEFAULT_READING,
     ) -> None:
         self.b_min = check_bits("AdaptiveBitWidth", "b_min", b_min)
         self.b_max = check_bits("AdaptiveBitWidth", "b_max", b_max)
@@ -76,7 +88,9 @@ class AdaptiveBitWidth(LDRSchedule[int]):
                 f"AdaptiveBitWidth: expected `b_min` <= `b_max` but got b_min={b_min!r}, "
                 f"b_max={b_max!r}."
             )
-        super().__init__(window=window, smoothing=smoothing, monitor=monitor, log=log)
+        super().__init__(
+            window=window, smoothing=smoothing, monitor=monitor, log=log, reading=reading
+        )
 
     @override
     def _target(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> BitWidthPolicy:
@@ -103,10 +117,10 @@ class AdaptiveBitWidth(LDRSchedule[int]):
         return self.b_min
 
     @override
-    def _next(self, setting: int, degraded: bool | None) -> int:
-        if degraded is None:
+    def _next(self, setting: int, more_precision: bool | None) -> int:
+        if more_precision is None:
             return setting
-        if degraded:
+        if more_precision:
             return min(2 * setting, self.b_max)
         return max(setting // 2, self.b_min)
 

@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightgraph.callbacks.ldr_schedule import LDRSchedule
+from lightgraph.functional.loss_descent_rate import DEFAULT_READING
 
 #: The threshold ladder of TorchGT (thesis §4.3.4), in units of the pattern's global
 #: density β_G; the last step is the absolute threshold 1 (every sparse block transferred).
@@ -39,10 +40,16 @@ class ClusterSparsityTuner(LDRSchedule[int]):
     attention pattern). With the shared
     :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` tracker (running loss
     :math:`F_t = \\lambda F_{t-1} + (1 - \\lambda) L_t`, :math:`LDR_t = (F_t - F_{t-1}) / et_t`):
-    if the descent has not degraded against :math:`\\delta` epochs ago, the threshold moves
-    one step up (more speed); if it has degraded (the loss falls more slowly: convergence
-    or too much pattern error), one step down. No move while fewer than
-    :math:`\\delta + 1` epochs are known.
+    when the tracker asks for more precision
+    (:meth:`~lightgraph.functional.loss_descent_rate.LossDescentRate.more_precision`), the
+    threshold moves one step down (fewer transferred blocks: a more exact pattern);
+    otherwise one step up (more speed). No move while fewer than :math:`\\delta + 2`
+    epochs are known. With ``reading="more_precision_when_descent_slows"`` more precision
+    means the loss now falls more slowly than :math:`\\delta` epochs ago (signed
+    :math:`LDR_t > LDR_{t-\\delta}`: convergence or too much pattern error, the thesis's
+    prose); with ``reading="more_precision_when_descent_speeds_up"`` it means the loss
+    falls faster (signed :math:`LDR_t < LDR_{t-\\delta}`, the thesis's inequality read
+    literally).
 
     :math:`\\beta_G` is read from each training batch's ``graph`` (an
     :class:`~lightgraph.nn.AttentionGraph`: ``edge_index.size(1) / num_tokens**2``) unless
@@ -58,6 +65,8 @@ class ClusterSparsityTuner(LDRSchedule[int]):
         beta_g: fixed :math:`\\beta_G`; ``None`` reads it from the batch.
         monitor: the logged epoch-level training loss.
         log: log ``sparsity_level``.
+        reading: when to step down, ``"more_precision_when_descent_slows"`` or
+            ``"more_precision_when_descent_speeds_up"`` (see above).
     """
 
     _log_key = "sparsity_level"
@@ -69,6 +78,7 @@ class ClusterSparsityTuner(LDRSchedule[int]):
         beta_g: float | None = None,
         monitor: str = "train_loss",
         log: bool = True,
+        reading: str = DEFAULT_READING,
     ) -> None:
         if beta_g is not None and (
             isinstance(beta_g, bool)
@@ -78,7 +88,9 @@ class ClusterSparsityTuner(LDRSchedule[int]):
             raise ValueError(
                 f"ClusterSparsityTuner: expected `beta_g` in (0, 1] or None but got {beta_g!r}."
             )
-        super().__init__(window=window, smoothing=smoothing, monitor=monitor, log=log)
+        super().__init__(
+            window=window, smoothing=smoothing, monitor=monitor, log=log, reading=reading
+        )
         self.beta_g = None if beta_g is None else float(beta_g)
         self._module: Any = None
 
@@ -126,10 +138,10 @@ class ClusterSparsityTuner(LDRSchedule[int]):
         return 1  # beta_G
 
     @override
-    def _next(self, setting: int, degraded: bool | None) -> int:
-        if degraded is None:
+    def _next(self, setting: int, more_precision: bool | None) -> int:
+        if more_precision is None:
             return setting
-        if degraded:
+        if more_precision:
             return max(setting - 1, 0)
         return min(setting + 1, _ABSOLUTE_ONE)
 

@@ -11,7 +11,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightgraph.functional.loss_descent_rate import (
+    DEFAULT_READING,
     LossDescentRate,
+    check_reading,
     check_smoothing,
     check_window,
 )
@@ -24,9 +26,14 @@ SettingT = TypeVar("SettingT", int, str)
 class LDRSchedule(Callback, Generic[SettingT]):
     """Shared machinery of Sylvie's LDR-driven controllers (§V-A, §V-B).
 
-    Subclasses choose a *setting* (the base bit-width, the pipeline mode) for every
-    training epoch from the :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate`
-    of the previous epochs. The timeline of epoch :math:`t`:
+    Subclasses choose a *setting* (the base bit-width, the pipeline mode, the threshold
+    ladder position) for every training epoch from the
+    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` of the previous
+    epochs: :meth:`_next` gets the tracker's
+    :meth:`~lightgraph.functional.loss_descent_rate.LossDescentRate.more_precision`, whose
+    answer depends on ``reading`` (``"more_precision_when_descent_slows"`` or
+    ``"more_precision_when_descent_speeds_up"``; see the tracker). The timeline of epoch
+    :math:`t`:
 
     * ``on_train_batch_start`` / ``on_train_batch_end``: :math:`et_t` accumulates the wall
       time of the epoch's training batches (validation is not counted);
@@ -37,27 +44,38 @@ class LDRSchedule(Callback, Generic[SettingT]):
       :math:`(L_t, et_t)` is broadcast, every rank updates its tracker with the same values
       and so takes the same decision, and the setting of epoch :math:`t + 1` is applied.
 
-    Checkpoints store the tracker, the setting, the history and the pending epoch. A
-    checkpoint written between the end of epoch :math:`t` and the start of :math:`t + 1`
-    (``ModelCheckpoint`` at train-epoch end, ``trainer.save_checkpoint`` after ``fit``)
-    also stores :math:`L_t`, read from ``trainer.callback_metrics`` in
+    Checkpoints store the tracker (with its ``window``, ``smoothing`` and ``reading``:
+    resuming with other values is an error), the setting, the history and the pending
+    epoch. A checkpoint written between the end of epoch :math:`t` and the start of
+    :math:`t + 1` (``ModelCheckpoint`` at train-epoch end, ``trainer.save_checkpoint``
+    after ``fit``) also stores :math:`L_t`, read from ``trainer.callback_metrics`` in
     :meth:`on_save_checkpoint`, so a resumed run takes exactly the decision the
     uninterrupted run would have taken.
     """
 
     _log_key: str = ""
 
-    def __init__(self, window: int, smoothing: float, monitor: str, log: bool) -> None:
+    def __init__(
+        self,
+        window: int,
+        smoothing: float,
+        monitor: str,
+        log: bool,
+        reading: str = DEFAULT_READING,
+    ) -> None:
         owner = type(self).__name__
         self.window = check_window(owner, window)
         self.smoothing = check_smoothing(owner, smoothing)
+        self.reading = check_reading(owner, reading)
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(
                 f"{owner}: expected `monitor` to be a non-empty metric name but got {monitor!r}."
             )
         self.monitor = monitor
         self.log = check_bool(owner, "log", log)
-        self.tracker = LossDescentRate(smoothing=self.smoothing, window=self.window)
+        self.tracker = LossDescentRate(
+            smoothing=self.smoothing, window=self.window, reading=self.reading
+        )
         #: The setting in force (``None`` before the first training epoch).
         self.setting: SettingT | None = None
         #: ``(epoch, setting)`` for every training epoch started, across resumes.
@@ -92,8 +110,13 @@ class LDRSchedule(Callback, Generic[SettingT]):
         """The setting of epoch 0."""
 
     @abstractmethod
-    def _next(self, setting: SettingT, degraded: bool | None) -> SettingT:
-        """The setting of epoch :math:`t + 1` from that of epoch :math:`t` and the LDR test."""
+    def _next(self, setting: SettingT, more_precision: bool | None) -> SettingT:
+        """The setting of epoch :math:`t + 1` from that of epoch :math:`t` and the LDR test.
+
+        ``more_precision`` is the tracker's answer for epoch :math:`t` under ``reading``:
+        ``True`` (tighten: more bits, sync, lower threshold), ``False`` (relax) or
+        ``None`` (not enough history: keep the setting).
+        """
 
     @abstractmethod
     def _check_setting(self, setting: Any) -> SettingT:
@@ -204,7 +227,7 @@ class LDRSchedule(Callback, Generic[SettingT]):
         self.tracker.update(loss, seconds)
         if self.setting is None:
             self.setting = self._initial()
-        self.setting = self._next(self.setting, self.tracker.degraded())
+        self.setting = self._next(self.setting, self.tracker.more_precision())
 
     # ---------------------------------------------------------------- state
     @override

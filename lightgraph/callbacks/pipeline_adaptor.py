@@ -10,6 +10,7 @@ from typing_extensions import override
 from lightgraph.callbacks.ldr_schedule import LDRSchedule
 from lightgraph.distributed.context import parallel_context
 from lightgraph.distributed.halo_exchanger import HaloExchanger
+from lightgraph.functional.loss_descent_rate import DEFAULT_READING
 
 MODES: tuple[str, ...] = ("sync", "async")
 
@@ -18,20 +19,26 @@ class PipelineAdaptor(LDRSchedule[str]):
     """Sylvie's Pipeline Adaptor (ICDE'24, §V-B): staleness control of the async pipeline.
 
     Training runs with the one-epoch-stale inter-epoch pipeline (``exchanger.mode =
-    "async"``) by default. When the Loss Descent Rate shows that the loss now falls more
-    slowly than :math:`\\delta` epochs ago (*degraded*: :math:`LDR_t > LDR_{t-\\delta}` with
-    the paper's signed LDR, i.e. a smaller descent rate :math:`-LDR_t`; see
-    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate`), Sylvie reads it as
-    convergence downgraded by staleness and runs the next epoch synchronously, which also
-    refreshes every stale halo buffer:
+    "async"``) by default. When the Loss Descent Rate asks for more precision
+    (:math:`\\mathrm{more}(t)`, the tracker's
+    :meth:`~lightgraph.functional.loss_descent_rate.LossDescentRate.more_precision`),
+    Sylvie reads it as convergence downgraded by staleness and runs the next epoch
+    synchronously, which also refreshes every stale halo buffer:
 
     .. math::
 
         m_0 = \\mathrm{async}, \\qquad
         m_{t+1} = \\begin{cases}
-            \\mathrm{sync} & t > \\delta \\text{ and degraded}(t) \\\\
+            \\mathrm{sync} & t > \\delta \\text{ and more}(t) \\\\
             \\mathrm{async} & \\text{otherwise}
         \\end{cases}
+
+    With ``reading="more_precision_when_descent_slows"``, :math:`\\mathrm{more}(t)` means
+    the loss now falls more slowly than :math:`\\delta` epochs ago (signed
+    :math:`LDR_t > LDR_{t-\\delta}`, the paper's prose); with
+    ``reading="more_precision_when_descent_speeds_up"`` it means the loss falls faster
+    (signed :math:`LDR_t < LDR_{t-\\delta}`, the paper's inequality read literally). See
+    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate`.
 
     :math:`L_t` is the epoch-level ``monitor`` metric, :math:`et_t` the wall time of the
     epoch's training batches; decisions are taken from rank 0's values and are identical
@@ -46,6 +53,8 @@ class PipelineAdaptor(LDRSchedule[str]):
         smoothing: :math:`\\lambda` of the running average loss (Sylvie: 0.9).
         monitor: the logged epoch-level training loss.
         log: log ``pipeline_sync`` every epoch.
+        reading: when to run a synchronous epoch, ``"more_precision_when_descent_slows"``
+            or ``"more_precision_when_descent_speeds_up"`` (see above).
     """
 
     _log_key = "pipeline_sync"
@@ -56,8 +65,11 @@ class PipelineAdaptor(LDRSchedule[str]):
         smoothing: float = 0.9,
         monitor: str = "train_loss",
         log: bool = True,
+        reading: str = DEFAULT_READING,
     ) -> None:
-        super().__init__(window=window, smoothing=smoothing, monitor=monitor, log=log)
+        super().__init__(
+            window=window, smoothing=smoothing, monitor=monitor, log=log, reading=reading
+        )
 
     @override
     def _target(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> HaloExchanger:
@@ -79,8 +91,8 @@ class PipelineAdaptor(LDRSchedule[str]):
         return "async"
 
     @override
-    def _next(self, setting: str, degraded: bool | None) -> str:
-        return "sync" if degraded else "async"
+    def _next(self, setting: str, more_precision: bool | None) -> str:
+        return "sync" if more_precision else "async"
 
     @override
     def _check_setting(self, setting: Any) -> str:

@@ -189,6 +189,83 @@ class PartitionPlan:
             self._cache[key] = _to_csr(dst, src, weight, self.num_inner, self.num_local, dtype)
         return self._cache[key]
 
+    def split_adj_t(
+        self, dtype: torch.dtype = torch.float32, gcn: bool = False, part: str = "inner"
+    ) -> Tensor:
+        """One column block of the ``[num_inner, num_local]`` adjacency, as CSR.
+
+        ``part="inner"`` gives the ``[num_inner, num_inner]`` block of edges from inner
+        sources, ``part="halo"`` the ``[num_inner, num_halo]`` block of edges from halo
+        sources (column ``j`` is local node ``num_inner + j``; central rows are empty):
+
+        .. math::
+            \\mathbf{A} = \\begin{bmatrix} \\mathbf{A}_{\\text{inner}} &
+            \\mathbf{A}_{\\text{halo}} \\end{bmatrix}, \\qquad
+            \\mathbf{A}\\mathbf{H} = \\mathbf{A}_{\\text{inner}}\\mathbf{H}_{\\text{inner}}
+            + \\mathbf{A}_{\\text{halo}}\\mathbf{H}_{\\text{halo}}
+
+        so a layer can aggregate everything its inner rows contribute while the halo rows
+        are in flight. ``gcn=True`` splits :meth:`gcn_adj_t` (GCN weights, self-loops),
+        otherwise the unweighted :meth:`adj_t`.
+        """
+        if part not in ("inner", "halo"):
+            raise ValueError(
+                f"PartitionPlan.split_adj_t: expected `part` in ('inner', 'halo') but got {part!r}."
+            )
+        key = ("split_adj_t", dtype, gcn, part)
+        if key not in self._cache:
+            if gcn:
+                (src, dst), weight = self.gcn_edge_index(dtype)
+            else:
+                (src, dst), weight = self.edge_index, None
+            n = self.num_inner
+            keep = src < n if part == "inner" else src >= n
+            cols = n if part == "inner" else self.num_halo
+            offset = 0 if part == "inner" else n
+            self._cache[key] = _to_csr(
+                dst[keep],
+                src[keep] - offset,
+                None if weight is None else weight[keep],
+                n,
+                cols,
+                dtype,
+            )
+        return self._cache[key]
+
+    def inverse_in_degree(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``[num_inner, 1]`` reciprocal of every inner node's local in-edge count (at least 1).
+
+        The edges counted are the rows of :meth:`adj_t` (duplicates included, no added
+        self-loops): what a ``"mean"`` aggregation divides by.
+        """
+        key = ("inverse_in_degree", dtype)
+        if key not in self._cache:
+            deg = torch.bincount(self.edge_index[1], minlength=self.num_inner)
+            self._cache[key] = 1.0 / deg.clamp(min=1).to(dtype).view(-1, 1)
+        return self._cache[key]
+
+    def attention_edge_index(self, self_loops: bool = True, rows: str | None = None) -> Tensor:
+        """The local edges as PyG's ``GATConv`` sees them, optionally only those into ``rows``.
+
+        With ``self_loops`` every existing self-loop is removed and one self-loop per inner
+        node is appended (``remove_self_loops`` then ``add_self_loops``, in that order, as
+        ``GATConv(add_self_loops=True)`` does on the local graph); without, the local edges
+        as they are. ``rows="central"`` / ``"marginal"`` keeps the edges into those nodes.
+        """
+        key = ("attention_edge_index", self_loops, rows)
+        if key not in self._cache:
+            edge_index = self.edge_index
+            if self_loops:
+                src, dst = edge_index
+                loop = torch.arange(self.num_inner, device=src.device)
+                keep = src != dst
+                edge_index = torch.stack(
+                    [torch.cat([src[keep], loop]), torch.cat([dst[keep], loop])]
+                )
+            keep = self._row_filter(edge_index[1], rows)
+            self._cache[key] = edge_index if keep is None else edge_index[:, keep]
+        return self._cache[key]
+
     def sparse_tensor(self, gcn: bool = False, dtype: torch.dtype = torch.float32) -> Any:
         """The ``[num_inner, num_local]`` adjacency as a ``torch_sparse.SparseTensor``.
 

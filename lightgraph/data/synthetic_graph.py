@@ -20,7 +20,13 @@ The generator is a degree-corrected stochastic block model sampled the Chung-Lu 
    set around that class, which every node perturbs);
 5. features are the unit-norm centroid of the node's class (multi-label: the sum of its
    labels' centroids) plus isotropic Gaussian noise of standard deviation
-   ``feature_noise``.
+   ``feature_noise``;
+6. optionally (``label_noise > 0``, single-label only), after the split masks are drawn,
+   every node independently with probability ``label_noise`` gets a label drawn
+   uniformly from all classes (possibly its own): the features and the communities keep
+   following the true class, so the training loss has a floor and plateaus. With the
+   default ``label_noise = 0`` nothing is drawn, and the graph is the same as before the
+   option existed.
 
 Everything is vectorised (searches in cumulative weight arrays, sorting and
 ``torch.unique``) and drawn from one local :class:`torch.Generator`, so the same
@@ -89,6 +95,7 @@ def _validate(
     train_ratio: float,
     val_ratio: float,
     seed: int,
+    label_noise: float = 0.0,
 ) -> int:
     """Check every generator argument; returns the resolved number of communities."""
 
@@ -137,6 +144,12 @@ def _validate(
         raise fail("val_ratio", f"in [0, 1 - train_ratio] = [0, {1.0 - train_ratio:g}]", val_ratio)
     if not _is_int(seed) or not 0 <= seed < 2**63:
         raise fail("seed", "to be an integer in [0, 2**63)", seed)
+    if not _is_real(label_noise) or not 0.0 <= label_noise < 1.0:
+        raise fail("label_noise", "in [0, 1)", label_noise)
+    if multilabel and label_noise > 0.0:
+        raise fail(
+            "label_noise", "to be 0 with multilabel=True (single-label graphs only)", label_noise
+        )
     if num_communities is None:
         return default_num_communities(n, float(avg_degree), int(num_classes))
     return int(num_communities)
@@ -279,6 +292,7 @@ def generate_synthetic_graph(
     train_ratio: float = 0.6,
     val_ratio: float = 0.2,
     seed: int = 0,
+    label_noise: float = 0.0,
 ) -> Data:
     """Generate a node-classification graph (see :class:`SyntheticGraph` for the arguments).
 
@@ -307,6 +321,7 @@ def generate_synthetic_graph(
         train_ratio,
         val_ratio,
         seed,
+        label_noise,
     )
     n, d = int(num_nodes), float(avg_degree)
     gen = torch.Generator().manual_seed(int(seed))
@@ -342,6 +357,10 @@ def generate_synthetic_graph(
     x += float(feature_noise) * torch.randn(n, num_features, generator=gen)
 
     train_mask, val_mask, test_mask = _split_masks(n, float(train_ratio), float(val_ratio), gen)
+    if label_noise > 0.0:  # drawn last: the default graph's stream is untouched
+        redraw = torch.rand(n, generator=gen) < float(label_noise)
+        noisy = torch.randint(num_classes, (n,), generator=gen)
+        y = torch.where(redraw, noisy, y)
     return Data(
         x=x,
         y=y,
@@ -387,6 +406,13 @@ class SyntheticGraph(GraphDataset):
             remaining nodes form ``test_mask``.
         seed: seed of the local random generator (>= 0); the same arguments always give
             bit-identical graphs.
+        label_noise: probability, in ``[0, 1)``, that a node's label is replaced by one
+            drawn uniformly from all ``num_classes`` classes (its own included), on every
+            split; features and communities keep following the true class. A harder,
+            plateauing task: the expected share of labels that still equal the true class
+            is ``1 - label_noise * (1 - 1 / num_classes)``. Single-label graphs only. The
+            default 0 draws nothing (the graph is unchanged) and is left out of
+            :meth:`config` and :meth:`fingerprint`, so earlier cache keys stay valid.
 
     Raises:
         ValueError: if an argument is out of range (the message names it, the allowed
@@ -407,6 +433,7 @@ class SyntheticGraph(GraphDataset):
         train_ratio: float = 0.6,
         val_ratio: float = 0.2,
         seed: int = 0,
+        label_noise: float = 0.0,
     ) -> None:
         _validate(
             "SyntheticGraph",
@@ -422,6 +449,7 @@ class SyntheticGraph(GraphDataset):
             train_ratio,
             val_ratio,
             seed,
+            label_noise,
         )
         self.num_nodes = int(num_nodes)
         self.avg_degree = float(avg_degree)
@@ -435,6 +463,7 @@ class SyntheticGraph(GraphDataset):
         self.train_ratio = float(train_ratio)
         self.val_ratio = float(val_ratio)
         self.seed = int(seed)
+        self.label_noise = float(label_noise)
 
     @property
     def num_features(self) -> int:
@@ -452,8 +481,11 @@ class SyntheticGraph(GraphDataset):
         return self._multilabel
 
     def config(self) -> dict[str, int | float | bool | None]:
-        """The constructor arguments, normalised (ints as ``int``, ratios as ``float``)."""
-        return {
+        """The constructor arguments, normalised (ints as ``int``, ratios as ``float``).
+
+        ``label_noise`` is listed only when it is not 0.
+        """
+        config: dict[str, int | float | bool | None] = {
             "num_nodes": self.num_nodes,
             "avg_degree": self.avg_degree,
             "num_classes": self._num_classes,
@@ -467,6 +499,9 @@ class SyntheticGraph(GraphDataset):
             "val_ratio": self.val_ratio,
             "seed": self.seed,
         }
+        if self.label_noise > 0.0:
+            config["label_noise"] = self.label_noise
+        return config
 
     def load(self) -> Data:
         """Generate the graph (deterministic for the configured ``seed``)."""
@@ -483,6 +518,7 @@ class SyntheticGraph(GraphDataset):
             train_ratio=self.train_ratio,
             val_ratio=self.val_ratio,
             seed=self.seed,
+            label_noise=self.label_noise,
         )
 
     def fingerprint(self) -> str:

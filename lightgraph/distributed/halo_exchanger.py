@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -18,8 +20,13 @@ from lightgraph.distributed.link_profiler import resolve_cost_model
 from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.halo_exchange import (
     TRANSPORTS,
-    PendingExchange,
+    GradientJoin,
+    PendingBytes,
+    exchange_needed,
+    exchange_rows,
+    grad_join,
     halo_exchange,
+    start_exchange_bytes,
     start_exchange_rows,
 )
 from lightgraph.functional.quantize import (
@@ -71,43 +78,71 @@ class _Messages:
 
 
 class _Decoding:
-    """A pending quantised transfer; :meth:`wait` returns dequantised rows."""
+    """A pending quantised transfer; :meth:`wait` returns dequantised rows.
+
+    The received bytes are split per peer by the sizes the peers announced
+    (:func:`~lightgraph.functional.halo_exchange.start_exchange_bytes`), not by
+    :func:`~lightgraph.functional.quantize.packed_nbytes`: a packed buffer may carry more
+    than the formula's bytes. On CUDA the wait and the dequantisation run on the
+    exchanger's side stream (``stream``) and the caller's stream is ordered after them.
+    The rows are decoded once; later calls return them again.
+    """
 
     def __init__(
         self,
-        pending: PendingExchange,
+        pending: PendingBytes,
         bits: Tensor,
         counts: list[int],
         dim: int,
         dtype: torch.dtype,
         stats: ExchangeStats,
         compiled: bool = False,
+        stream: Any = None,
     ) -> None:
         self.pending, self.bits, self.counts, self.dim = pending, bits, counts, dim
-        self.dtype, self.stats, self.compiled = dtype, stats, compiled
+        self.dtype, self.stats, self.compiled, self.stream = dtype, stats, compiled, stream
+        self._rows: Tensor | None = None
 
     def wait(self) -> Tensor:
-        buf = self.pending.wait()
-        tic = time.perf_counter()
-        try:
-            return self._decode(buf)
-        finally:
-            self.stats.record_time("train", "dequantize", time.perf_counter() - tic)
+        if self._rows is not None:
+            return self._rows
+        consumer = None if self.stream is None else torch.cuda.current_stream(self.stream.device)
+        with nullcontext() if self.stream is None else torch.cuda.stream(self.stream):
+            buf = self.pending.wait()
+            tic = time.perf_counter()
+            try:
+                rows = self._decode(buf, self.pending.recv_counts)
+            finally:
+                self.stats.record_time("train", "dequantize", time.perf_counter() - tic)
+        if consumer is not None:
+            consumer.wait_stream(self.stream)
+            rows.record_stream(consumer)
+        self._rows = rows
+        self.pending = None  # type: ignore[assignment]  # free the received bytes
+        return rows
 
-    def _decode(self, buf: Tensor) -> Tensor:
+    def _decode(self, buf: Tensor, sizes: list[int] | None) -> Tensor:
+        if sizes is None or len(sizes) != len(self.counts) or sum(sizes) != buf.numel():
+            raise RuntimeError(
+                f"HaloExchanger: expected the peers' message sizes to add up to the "
+                f"{buf.numel()} bytes received, one per peer ({len(self.counts)}), but got {sizes}."
+            )
         rows, start, row = [], 0, 0
-        for count in self.counts:
-            bits = self.bits[row : row + count]
-            size = packed_nbytes(bits, self.dim)
+        for count, size in zip(self.counts, sizes, strict=True):
             if count:
                 rows.append(
                     unpack_rows(
                         buf[start : start + size],
-                        bits,
+                        self.bits[row : row + count],
                         self.dim,
                         self.dtype,
                         compiled=self.compiled,
                     )
+                )
+            elif size:
+                raise RuntimeError(
+                    f"HaloExchanger: a peer sent {size} bytes where no rows were expected; the "
+                    f"ranks disagree on the message layout."
                 )
             start += size
             row += count
@@ -148,7 +183,9 @@ class HaloExchanger:
     * ``policy=...``: every row is quantised to the policy's bit-width (stochastic
       rounding, codes bit-packed, bf16 scale and zero point) in both directions; the rows
       of all widths for one peer travel in one buffer, one collective per layer and
-      direction.
+      direction, preceded by the per-peer buffer sizes (a buffer may be longer than the
+      widths imply; its extra bytes count as parameter bytes). On CUDA, quantisation and
+      communication run on a side stream of the exchanger.
     * ``mode="sync"``: layers wait for this epoch's halo rows (and gradients).
     * ``mode="async"``: the inter-epoch pipeline of PipeGCN/Sylvie — a layer computes
       with the halo rows received during the previous epoch while this epoch's rows are
@@ -158,10 +195,12 @@ class HaloExchanger:
       synchronous exchange also refreshes the buffers, so switching modes between epochs
       never serves data older than one epoch.
     * ``mode="overlap"``: AdaQP's computation/communication parallelisation — partition-aware
-      layers start the exchange, compute their *central* rows (no remote in-neighbour)
-      while it is in flight, then finish the *marginal* rows. No staleness: results equal
-      ``"sync"`` (same quantisation draws). Layers that do not split their work simply
-      get the synchronous exchange.
+      layers start the exchange (:meth:`start_halo`), compute what their inner rows
+      determine while it is in flight, then finish with the halo rows; in backward the
+      halo gradients are sent while the inner rows' gradient is computed and accumulated
+      last (:func:`~lightgraph.functional.halo_exchange.grad_join`). No staleness:
+      results equal ``"sync"`` (same quantisation draws). Layers that do not split their
+      work simply get the synchronous exchange.
     * ``boundary_sampling=p``: BNS-GCN — each epoch every rank keeps a random fraction
       ``p`` of the boundary rows it exchanges with each peer (both ends draw the same
       sample from a seed shared by the pair) and drops the rest: dropped halo rows are
@@ -211,6 +250,8 @@ class HaloExchanger:
         self._buffers: dict[tuple[str, str], tuple[Any, _Messages]] = {}
         # The ring's rounds run on one worker owned by this exchanger: FIFO across calls.
         self._executor: ThreadPoolExecutor | None = None
+        # CUDA side streams of quantisation and communication, one per device.
+        self._streams: dict[torch.device, Any] | None = None
         #: how each layer weighs received halo rows ("gcn", "mean" or "sum"), reported by
         #: the layers (:class:`~lightgraph.nn.PartitionAware`) for variance-aware policies
         self.aggregations: dict[str, str] = {}
@@ -243,7 +284,8 @@ class HaloExchanger:
 
         A :class:`~lightgraph.quant.VarianceAwareBits` policy without a cost model gets one
         from :func:`~lightgraph.distributed.resolve_cost_model` (profiling the links when
-        configured to).
+        configured to). With a policy, the quantiser's ``warmup()`` runs once when
+        :mod:`lightgraph.functional.quantize` provides one.
         """
         policy = self.policy
         if isinstance(policy, VarianceAwareBits) and policy.cost_model is None and self.distributed:
@@ -253,6 +295,10 @@ class HaloExchanger:
                 cache_path=policy.cost_model_path,
                 sizes_bytes=policy.profile_sizes,
             )
+        # (the package re-exports the function `quantize` under the module's name)
+        warmup = getattr(importlib.import_module("lightgraph.functional.quantize"), "warmup", None)
+        if policy is not None and callable(warmup):
+            warmup()  # one-off kernel set-up of the quantiser, outside the timed steps
 
     def reassign(self, epoch: int | None = None) -> AssignmentReport | None:
         """Re-assign the policy's widths (collective on every rank of the exchange).
@@ -306,13 +352,7 @@ class HaloExchanger:
     def __call__(
         self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
     ) -> Tensor:
-        plain = (
-            self.policy is None
-            and self.mode == "sync"
-            and self.boundary_sampling is None
-            and not self._buffers
-        )
-        if stage != "train" or plain:
+        if stage != "train" or self._plain():
             return halo_exchange(
                 x,
                 plan.send_index,
@@ -330,6 +370,15 @@ class HaloExchanger:
                 x, plan.send_index, plan.send_counts, plan.halo_counts, group=self.group
             )
         return _PipelinedExchange.apply(x, self, plan, layer)
+
+    def _plain(self) -> bool:
+        """Whether training exchanges are the plain FP32 synchronous :func:`halo_exchange`."""
+        return (
+            self.policy is None
+            and self.mode == "sync"
+            and self.boundary_sampling is None
+            and not self._buffers
+        )
 
     # ----------------------------------------------------------- overlap (start / finish)
     def overlaps(self, stage: str) -> bool:
@@ -354,7 +403,31 @@ class HaloExchanger:
             "forward",
             plan,
         )
+        self._buffers[key] = (pending, msgs)  # drain() completes it if never finished
         return _Inflight(pending, msgs, layer)
+
+    def start_halo(
+        self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
+    ) -> HaloTransfer:
+        """The exchange of a layer that computes in two halves around it (split path).
+
+        Returns a :class:`HaloTransfer`: compute everything that needs only inner rows
+        from its :attr:`~HaloTransfer.inner`, then call :meth:`~HaloTransfer.halo` for
+        the ``[num_halo, F]`` halo rows. Rows, bits, quantisation draws, sampling and
+        staleness are exactly those of :meth:`__call__` under the same configuration;
+        what the mode changes is only *when* the transfers complete:
+
+        * ``"sync"`` / ``"async"`` (and every non-training stage): the rows are fetched
+          here, before the inner-row work; in backward the halo gradients are fetched
+          before the inner rows' gradient is computed.
+        * ``"overlap"``: the transfer starts here and :meth:`~HaloTransfer.halo` waits for
+          it, so the inner-row work runs while rows travel. In backward the halo rows'
+          gradients are only *sent* when autograd reaches them (before the inner-row
+          work's backward) and are received and accumulated by a
+          :func:`~lightgraph.functional.halo_exchange.grad_join` on the layer input,
+          which autograd reaches last.
+        """
+        return HaloTransfer(self, x, plan, stage, layer)
 
     def finish(self, inflight: _Inflight, x: Tensor, plan: PartitionPlan) -> Tensor:
         """Wait for :meth:`start`'s rows; returns ``[x; halo]`` (differentiable, like ``__call__``)."""
@@ -363,7 +436,11 @@ class HaloExchanger:
         return _FinishedExchange.apply(x, received, inflight.msgs, self, plan, inflight.layer)
 
     def drain(self) -> None:
-        """Complete every transfer still in flight (before the process group goes away)."""
+        """Complete every transfer still in flight (before the process group goes away).
+
+        This includes halo gradients of an overlapped backward pass that was never
+        completed: their transfers finish here, and their rows are dropped.
+        """
         for pending, _ in self._buffers.values():
             pending.wait()
         self._buffers.clear()
@@ -488,35 +565,62 @@ class HaloExchanger:
             )
         dim = rows.size(1)
         gen = self._rng(rows.device)
-        tic = time.perf_counter()
-        buffers, bytes_out, start = [], [], 0
-        for count in counts_out:
-            seg = rows[start : start + count]
-            buf = (
-                pack_rows(
-                    seg, bits_out[start : start + count], gen, compiled=self.compile_quantization
+        # CUDA: quantise and communicate on a side stream, ordered after the rows' producer.
+        stream = self._side_stream(rows) if rows.is_cuda else None
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream(rows.device))
+        with nullcontext() if stream is None else torch.cuda.stream(stream):
+            if stream is not None:
+                rows.record_stream(stream)  # the caller may free `rows` before we are done
+            tic = time.perf_counter()
+            buffers, bytes_out, formula, start = [], [], 0, 0
+            for count in counts_out:
+                seg = rows[start : start + count]
+                buf = (
+                    pack_rows(
+                        seg,
+                        bits_out[start : start + count],
+                        gen,
+                        compiled=self.compile_quantization,
+                    )
+                    if count
+                    else rows.new_empty(0, dtype=torch.uint8)
                 )
-                if count
-                else rows.new_empty(0, dtype=torch.uint8)
+                if count:
+                    formula += packed_nbytes(bits_out[start : start + count], dim)
+                buffers.append(buf)
+                bytes_out.append(buf.numel())
+                start += count
+            payload = torch.cat(buffers) if buffers else rows.new_empty(0, dtype=torch.uint8)
+            self.stats.record_time("train", "quantize", time.perf_counter() - tic)
+            # Side information: the bf16 scale and zero point of every row, plus whatever a
+            # packed buffer carries beyond the code bytes of the formula.
+            params = PARAM_BYTES_PER_ROW * rows.size(0) + (payload.numel() - formula)
+            self.stats.record("train", layer, direction, payload.numel() - params)
+            self.stats.record("train", layer, direction, params, kind="params")
+            # The receiver cannot size its buffers from the widths alone: sizes travel first.
+            pending = start_exchange_bytes(
+                payload, bytes_out, self.group, self.transport, self._ring_executor()
             )
-            buffers.append(buf)
-            bytes_out.append(buf.numel())
-            start += count
-        bytes_in, start = [], 0
-        for count in counts_in:
-            bytes_in.append(packed_nbytes(bits_in[start : start + count], dim))
-            start += count
-        payload = torch.cat(buffers) if buffers else rows.new_empty(0, dtype=torch.uint8)
-        self.stats.record_time("train", "quantize", time.perf_counter() - tic)
-        params = PARAM_BYTES_PER_ROW * rows.size(0)
-        self.stats.record("train", layer, direction, payload.numel() - params)
-        self.stats.record("train", layer, direction, params, kind="params")
-        pending = start_exchange_rows(
-            payload, bytes_out, bytes_in, self.group, self.transport, self._ring_executor()
-        )
         return _Decoding(
-            pending, bits_in, counts_in, dim, rows.dtype, self.stats, self.compile_quantization
+            pending,
+            bits_in,
+            counts_in,
+            dim,
+            rows.dtype,
+            self.stats,
+            self.compile_quantization,
+            stream,
         )
+
+    def _side_stream(self, rows: Tensor) -> Any:
+        """This exchanger's CUDA side stream on ``rows``' device (AdaQP's resource isolation)."""
+        if self._streams is None:
+            self._streams = {}
+        device = rows.device
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device)
+        return self._streams[device]
 
     def _transfer(
         self, key: tuple[str, str], start: Any, msgs: _Messages
@@ -607,3 +711,200 @@ def _backward_exchange(ctx: Any, grad_out: Tensor) -> Tensor:
     grad_x = grad_out[:n].clone()
     grad_x.index_add_(0, used.send_index, received.to(grad_x.dtype))
     return grad_x
+
+
+class HaloTransfer:
+    """One layer's exchange on the split path (:meth:`HaloExchanger.start_halo`).
+
+    Attributes:
+        inner: the layer input ``x``, routed through a gradient join when it requires
+            gradients (see :func:`~lightgraph.functional.halo_exchange.grad_join`); every
+            use of the inner rows must go through it.
+
+    :meth:`halo` returns the ``[num_halo, F]`` halo rows (differentiable: their gradient
+    travels back to the owners and is added to the gradient of :attr:`inner`); call it
+    once. If autograd reaches the join but not the halo rows (a layer that ignores them
+    on this rank), the join sends zero gradients for them, so every rank takes part in
+    the backward exchange.
+    """
+
+    def __init__(
+        self, ex: HaloExchanger, x: Tensor, plan: PartitionPlan, stage: str, layer: str
+    ) -> None:
+        self.layer = layer
+        self._taken = False
+        self._received: Tensor | None = None
+        self._inflight: _Inflight | None = None
+        self._dtype = x.dtype
+        if not exchange_needed(plan.send_counts, plan.halo_counts, ex.group, "HaloExchanger"):
+            kind = "none"
+        elif stage != "train" or ex._plain():
+            kind = "plain"  # exact FP32, the rows of `halo_exchange`
+            rows = x.detach().index_select(0, plan.send_index)
+            self._received = exchange_rows(
+                rows,
+                plan.send_counts,
+                plan.halo_counts,
+                ex.group,
+                ex.transport,
+                ex._ring_executor(),
+            )
+            ex.stats.record(stage, layer, "forward", rows.numel() * rows.element_size())
+        elif ex.overlaps(stage):
+            kind = "overlap"
+            self._inflight = ex.start(x, plan, layer)
+        else:
+            kind = "pipelined"  # quantised / sampled / asynchronous, as `__call__`
+            msgs = ex.messages(plan, layer, "forward")
+
+            def start() -> Any:
+                rows = x.detach().index_select(0, msgs.send_index)
+                return ex._start(
+                    rows,
+                    msgs.send_counts,
+                    msgs.recv_counts,
+                    msgs.send_bits,
+                    msgs.recv_bits,
+                    layer,
+                    "forward",
+                    plan,
+                )
+
+            received, used = ex._transfer((layer, "forward"), start, msgs)
+            self._received = used.place(received).to(x.dtype)
+        self.kind = kind
+        self._ex = ex
+        joined = kind != "none" and torch.is_grad_enabled() and x.requires_grad
+        self._sender: _HaloGradients | None = None
+        if joined:
+            join = GradientJoin()
+            # No tensors in the sender: the join holds it without a cycle through autograd.
+            shape = (plan.num_halo,) + tuple(x.shape[1:])
+            self._sender = _HaloGradients(ex, plan, stage, layer, kind, join, shape, x)
+            join.expect(self._sender.ensure_sent)
+            x = grad_join(x, join)
+        self.inner: Tensor = x
+
+    def halo(self) -> Tensor:
+        """The halo rows (in overlap mode: waits for the transfer started at construction)."""
+        if self._taken:
+            raise RuntimeError(
+                f"HaloTransfer({self.layer}): halo() was already called; keep its result."
+            )
+        self._taken = True
+        if self.kind == "none":
+            return self.inner.new_zeros((0,) + tuple(self.inner.shape[1:]))
+        rows = self._rows()
+        if self._sender is None:
+            return rows
+        self._sender.armed = True
+        return _HaloRows.apply(self.inner, rows, self._sender)
+
+    def local(self) -> Tensor:
+        """``[inner; halo]`` rows, what :meth:`HaloExchanger.__call__` returns."""
+        return torch.cat([self.inner, self.halo()], dim=0)
+
+    def _rows(self) -> Tensor:
+        if self.kind == "overlap":
+            inflight, self._inflight = self._inflight, None
+            assert inflight is not None
+            received = inflight.pending.wait()
+            self._ex._buffers[(self.layer, "forward")] = (_Ready(received), inflight.msgs)
+            return inflight.msgs.place(received).to(self._dtype)
+        received, self._received = self._received, None
+        assert received is not None
+        return received
+
+
+class _HaloGradients:
+    """Sends one layer's halo gradients back (under the exchanger's mode) into its join."""
+
+    def __init__(
+        self,
+        ex: HaloExchanger,
+        plan: PartitionPlan,
+        stage: str,
+        layer: str,
+        kind: str,
+        join: GradientJoin,
+        shape: tuple[int, ...],
+        like: Tensor,
+    ) -> None:
+        self.ex, self.plan, self.stage, self.layer, self.kind = ex, plan, stage, layer, kind
+        self.join, self.shape = join, shape
+        self.dtype, self.device = like.dtype, like.device
+        self.armed = False  # the halo rows were handed out
+        self.sent = False
+
+    def ensure_sent(self) -> None:
+        """Called by the join: a rank whose halo rows got no gradient still sends zeros."""
+        if self.armed and not self.sent:
+            self.send(torch.zeros(self.shape, dtype=self.dtype, device=self.device))
+
+    def send(self, grad: Tensor) -> None:
+        """Send the halo rows' gradient back; the join adds what comes back to ``inner``'s."""
+        self.sent = True
+        ex, plan, layer = self.ex, self.plan, self.layer
+        if self.kind == "plain":
+            grad = grad.contiguous()
+            back = exchange_rows(
+                grad,
+                plan.halo_counts,
+                plan.send_counts,
+                ex.group,
+                ex.transport,
+                ex._ring_executor(),
+            )
+            ex.stats.record(self.stage, layer, "backward", grad.numel() * grad.element_size())
+            self.join.park(_Ready(back), plan.send_index)
+            return
+        key = (layer, "backward")
+        msgs = ex.messages(plan, layer, "backward")
+
+        def start() -> Any:
+            rows = msgs.pick(grad).contiguous()
+            return ex._start(
+                rows,
+                msgs.recv_counts,
+                msgs.send_counts,
+                msgs.recv_bits,
+                msgs.send_bits,
+                layer,
+                "backward",
+                plan,
+            )
+
+        if self.kind == "pipelined":
+            received, used = ex._transfer(key, start, msgs)
+            self.join.park(_Ready(received), used.send_index)
+            return
+        # overlap: only start; the join waits once the inner rows' backward is done
+        previous = ex._buffers.pop(key, None)
+        if previous is not None:
+            previous[0].wait()  # drain a transfer started by an asynchronous epoch
+        pending = start()
+        ex._buffers[key] = (pending, msgs)  # drain() completes it if the join never runs
+
+        def done(received: Tensor) -> None:
+            current = ex._buffers.get(key)
+            if current is not None and current[0] is pending:
+                ex._buffers[key] = (_Ready(received), msgs)  # what a following async epoch reads
+
+        self.join.park(pending, msgs.send_index, done)
+
+
+class _HaloRows(torch.autograd.Function):
+    """Halo rows attached to the layer input's graph; backward sends their gradient home."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, inner: Tensor, rows: Tensor, sender: _HaloGradients
+    ) -> Tensor:
+        ctx.sender = sender
+        # A new tensor object for autograd to own (buffers may keep `rows` itself).
+        return rows.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        ctx.sender.send(grad)
+        return None, None, None

@@ -16,14 +16,18 @@ from lightgraph.functional.quantize import (
     BITS,
     PARAM_BYTES_PER_ROW,
     PARAM_DTYPE,
+    WIDE_BYTES_PER_ROW,
     QuantizedRows,
+    counter_noise,
     dequantize,
+    message_nbytes,
     pack_codes,
     pack_rows,
     packed_nbytes,
     quantize,
     unpack_codes,
     unpack_rows,
+    wide_rows,
 )
 from lightgraph.functional.sequence_parallel import shard_range, shard_sizes
 from lightgraph.functional.sync_interval import SyncIntervalSchedule
@@ -33,15 +37,18 @@ __all__ = [
     "PARAM_BYTES_PER_ROW",
     "PARAM_DTYPE",
     "TRANSPORTS",
+    "WIDE_BYTES_PER_ROW",
     "ExchangeStats",
     "HaloPlan",
     "NeighborSample",
     "PendingExchange",
     "QuantizedRows",
     "SyncIntervalSchedule",
+    "counter_noise",
     "dequantize",
     "exchange_rows",
     "halo_exchange",
+    "message_nbytes",
     "pack_codes",
     "pack_rows",
     "packed_nbytes",
@@ -53,6 +60,7 @@ __all__ = [
     "to_csc",
     "unpack_codes",
     "unpack_rows",
+    "wide_rows",
 ]
 
 

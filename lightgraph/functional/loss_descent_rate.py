@@ -6,7 +6,7 @@ import math
 from collections import deque
 from typing import Any
 
-from lightgraph.utilities.checks import check_rate
+from lightgraph.utilities.checks import check_choice, check_rate
 
 
 def check_window(owner: str, window: int) -> int:
@@ -19,6 +19,23 @@ def check_window(owner: str, window: int) -> int:
 def check_smoothing(owner: str, smoothing: float) -> float:
     """Validate Sylvie's running-average factor :math:`\\lambda` (in ``[0, 1)``)."""
     return check_rate(owner, "smoothing", smoothing)
+
+
+#: Raise precision when the loss now falls more *slowly* than :math:`\delta` epochs ago
+#: (signed :math:`LDR_t > LDR_{t-\delta}`): Sylvie's and TorchGT's prose.
+SLOWS = "more_precision_when_descent_slows"
+#: Raise precision when the loss now falls *faster* than :math:`\delta` epochs ago
+#: (signed :math:`LDR_t < LDR_{t-\delta}`): Sylvie's Eq. 5 and TorchGT's formula, read literally.
+SPEEDS_UP = "more_precision_when_descent_speeds_up"
+#: The two readings of the Eq. 5 comparison, named by what they do.
+READINGS: tuple[str, ...] = (SLOWS, SPEEDS_UP)
+#: The reading every LDR-driven callback uses unless told otherwise (see docs/callbacks.md).
+DEFAULT_READING = SLOWS
+
+
+def check_reading(owner: str, reading: str) -> str:
+    """Validate the reading of the Eq. 5 comparison (one of :data:`READINGS`)."""
+    return check_choice(owner, "reading", reading, READINGS)
 
 
 class LossDescentRate:
@@ -40,11 +57,8 @@ class LossDescentRate:
 
     **Sign convention** (do not flip it). The loss decreases while training improves, so
     :math:`F_t - F_{t-1} < 0` and the paper's :math:`LDR_t` is *negative*; a *more
-    negative* LDR means *faster* descent. Sylvie's text reads Eq. 5 as a comparison of
-    descent *speeds* ("LDR_t >= LDR_{t-delta}: the current bit-width suffices to reduce
-    the loss ... decrease b"; "LDR_t < LDR_{t-delta}: the training is about to converge or
-    too many errors are introduced ... increase b"). This class therefore exposes the
-    positive descent rate
+    negative* LDR means *faster* descent. This class also exposes the positive descent
+    rate
 
     .. math::
 
@@ -52,19 +66,34 @@ class LossDescentRate:
         \\qquad (> 0 \\text{ while the loss falls})
 
     and calls epoch :math:`t` *degraded* when the loss now falls more slowly than
-    ``window`` = :math:`\\delta` epochs ago:
+    ``window`` = :math:`\\delta` epochs ago (a fact about the run, whatever the reading):
 
     .. math::
 
         \\mathrm{degraded}(t) \\iff \\mathit{descent\\_rate}_t < \\mathit{descent\\_rate}_{t-\\delta}
         \\iff LDR_t > LDR_{t-\\delta} \\quad \\text{(signed LDR)}, \\qquad t > \\delta.
 
-    Degraded means "converging, or too many errors" (Sylvie raises the bit-width, or
-    synchronises the pipeline); not degraded means the training is well balanced (Sylvie
-    lowers the bit-width, or stays asynchronous). For :math:`t \\le \\delta` there is not
-    enough history (Eq. 5's :math:`t > \\delta`) and :meth:`degraded` returns ``None``.
-    Since :math:`LDR_0` is undefined, :math:`t > \\delta` is exactly the condition for both
-    :math:`LDR_t` and :math:`LDR_{t-\\delta}` to exist.
+    **Two readings of Eq. 5.** Sylvie's Eq. 5 (and TorchGT's threshold rule) raises
+    precision when :math:`LDR_t < LDR_{t-\\delta}`, which with the signed LDR means the
+    loss now falls *faster*; the papers' prose says the opposite ("the training is about
+    to converge or too many errors are introduced ... increase b", i.e. the descent
+    slowed). ``reading`` chooses which one :meth:`more_precision` answers:
+
+    * ``"more_precision_when_descent_slows"``: more precision exactly when
+      :math:`\\mathrm{degraded}(t)` (signed :math:`LDR_t > LDR_{t-\\delta}`);
+    * ``"more_precision_when_descent_speeds_up"``: more precision exactly when
+      :math:`\\mathit{descent\\_rate}_t > \\mathit{descent\\_rate}_{t-\\delta}` (signed
+      :math:`LDR_t < LDR_{t-\\delta}`, Eq. 5 taken literally).
+
+    A tie (equal rates) asks for *less* precision under both readings, Eq. 5's
+    ":math:`\\ge`" branch. "More precision" is a wider bit-width for
+    :class:`~lightgraph.callbacks.AdaptiveBitWidth`, a synchronous epoch for
+    :class:`~lightgraph.callbacks.PipelineAdaptor` and a lower transfer threshold for
+    :class:`~lightgraph.callbacks.ClusterSparsityTuner`. For :math:`t \\le \\delta` there
+    is not enough history (Eq. 5's :math:`t > \\delta`) and both :meth:`degraded` and
+    :meth:`more_precision` return ``None``. Since :math:`LDR_0` is undefined,
+    :math:`t > \\delta` is exactly the condition for both :math:`LDR_t` and
+    :math:`LDR_{t-\\delta}` to exist.
 
     Only the last ``window + 1`` LDR values are kept.
 
@@ -73,11 +102,18 @@ class LossDescentRate:
             suggests 0.9.
         window: :math:`\\delta`, the epoch distance of the comparison; Sylvie suggests 5
             (higher model quality) to 20 (faster).
+        reading: which comparison asks for more precision, one of
+            ``"more_precision_when_descent_slows"`` and
+            ``"more_precision_when_descent_speeds_up"`` (see above; the default is
+            :data:`DEFAULT_READING`).
     """
 
-    def __init__(self, smoothing: float = 0.9, window: int = 5) -> None:
+    def __init__(
+        self, smoothing: float = 0.9, window: int = 5, reading: str = DEFAULT_READING
+    ) -> None:
         self.smoothing = check_smoothing("LossDescentRate", smoothing)
         self.window = check_window("LossDescentRate", window)
+        self.reading = check_reading("LossDescentRate", reading)
         self.t = -1  # index of the latest epoch passed to `update` (-1: none yet)
         self.smoothed: float | None = None  # F_t
         self._ldr: deque[float | None] = deque(maxlen=window + 1)  # LDR_{t-window} .. LDR_t
@@ -123,40 +159,75 @@ class LossDescentRate:
         ldr = self.ldr
         return None if ldr is None else -ldr
 
-    def degraded(self) -> bool | None:
-        """Whether the latest epoch :math:`t` descends more slowly than epoch :math:`t - \\delta`.
-
-        Returns:
-            ``descent_rate_t < descent_rate_{t-window}`` (i.e. signed
-            ``LDR_t > LDR_{t-window}``), or ``None`` while :math:`t \\le \\delta`.
-        """
+    def _rates(self) -> tuple[float, float] | None:
+        """``(descent_rate_t, descent_rate_{t-window})``, or ``None`` while :math:`t \\le \\delta`."""
         if self.t <= self.window:
             return None
         now, then = self._ldr[-1], self._ldr[0]
         if now is None or then is None:  # unreachable: t - window >= 1, so both exist
             return None
-        return -now < -then
+        return -now, -then
+
+    def degraded(self) -> bool | None:
+        """Whether the latest epoch :math:`t` descends more slowly than epoch :math:`t - \\delta`.
+
+        Independent of :attr:`reading`.
+
+        Returns:
+            ``descent_rate_t < descent_rate_{t-window}`` (i.e. signed
+            ``LDR_t > LDR_{t-window}``), or ``None`` while :math:`t \\le \\delta`.
+        """
+        rates = self._rates()
+        return None if rates is None else rates[0] < rates[1]
+
+    def more_precision(self) -> bool | None:
+        """Whether :attr:`reading` asks for more precision after the latest epoch :math:`t`.
+
+        Returns:
+            With ``"more_precision_when_descent_slows"``:
+            ``descent_rate_t < descent_rate_{t-window}``; with
+            ``"more_precision_when_descent_speeds_up"``:
+            ``descent_rate_t > descent_rate_{t-window}``; ``None`` while
+            :math:`t \\le \\delta`. Equal rates give ``False`` under both readings.
+        """
+        rates = self._rates()
+        if rates is None:
+            return None
+        now, then = rates
+        return now < then if self.reading == SLOWS else now > then
 
     def state_dict(self) -> dict[str, Any]:
         """Plain-Python state: settings, epoch counter, :math:`F_t` and the kept LDR values."""
         return {
             "smoothing": self.smoothing,
             "window": self.window,
+            "reading": self.reading,
             "t": self.t,
             "smoothed": self.smoothed,
             "ldr": list(self._ldr),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; the settings must match this tracker's."""
+        """Restore :meth:`state_dict`'s output; the settings must match this tracker's.
+
+        A state without ``"reading"`` (saved before the option existed) was produced with
+        ``"more_precision_when_descent_slows"``, the only behaviour there was.
+        """
         missing = {"smoothing", "window", "t", "smoothed", "ldr"} - set(state)
         if missing:
             raise KeyError(f"LossDescentRate: state is missing the keys {sorted(missing)}.")
-        if state["window"] != self.window or state["smoothing"] != self.smoothing:
+        reading = state.get("reading", SLOWS)
+        if (
+            state["window"] != self.window
+            or state["smoothing"] != self.smoothing
+            or reading != self.reading
+        ):
             raise ValueError(
                 "LossDescentRate: the state was saved with "
-                f"window={state['window']!r}, smoothing={state['smoothing']!r} but this tracker has "
-                f"window={self.window!r}, smoothing={self.smoothing!r}; resume with the same settings."
+                f"window={state['window']!r}, smoothing={state['smoothing']!r}, "
+                f"reading={reading!r} but this tracker has window={self.window!r}, "
+                f"smoothing={self.smoothing!r}, reading={self.reading!r}; resume with the "
+                "same settings."
             )
         t, ldr = int(state["t"]), list(state["ldr"])
         if t < -1 or len(ldr) != min(t + 1, self.window + 1):
@@ -169,4 +240,7 @@ class LossDescentRate:
         self._ldr = deque((None if v is None else float(v) for v in ldr), maxlen=self.window + 1)
 
     def __repr__(self) -> str:
-        return f"LossDescentRate(smoothing={self.smoothing}, window={self.window}, t={self.t})"
+        return (
+            f"LossDescentRate(smoothing={self.smoothing}, window={self.window}, "
+            f"reading={self.reading!r}, t={self.t})"
+        )

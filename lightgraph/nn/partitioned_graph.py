@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
@@ -64,6 +65,32 @@ class PartitionedGraph:
         """``[x; halo rows]`` once the exchange started by :meth:`start_exchange` is done."""
         return self.exchanger.finish(handle, x, self.plan)  # type: ignore[union-attr]
 
+    def start_halo(self, x: Tensor, layer: str = "layer", aggregation: str | None = None) -> Any:
+        """The exchange of ``x``'s rows for a layer that computes in two halves around it.
+
+        Returns a handle with an ``inner`` tensor (``x``, possibly routed through a
+        gradient join: compute every inner-row term from it) and a ``halo()`` method
+        giving the ``[num_halo, F]`` halo rows; in overlap mode the rows travel between
+        the two (see :meth:`~lightgraph.distributed.HaloExchanger.start_halo`). Without an
+        exchanger the halo is empty; an exchanger without ``start_halo`` is driven through
+        its ``start`` / ``finish`` (overlap) or ``__call__``.
+
+        Args:
+            x: the inner rows ``[num_inner, F]``.
+            layer: label of the exchanging layer.
+            aggregation: how the layer weighs halo rows (see :meth:`exchange`).
+        """
+        if self.exchanger is None:
+            return _LocalHalo(x, x.new_zeros((0,) + tuple(x.shape[1:])))
+        self._report(layer, aggregation)
+        start = getattr(self.exchanger, "start_halo", None)
+        if start is not None:
+            return start(x, self.plan, self.stage, layer)
+        if self.overlaps:
+            return _FinishedHalo(self, x, self.exchanger.start(x, self.plan, layer))
+        x_local = self.exchanger(x, self.plan, stage=self.stage, layer=layer)
+        return _LocalHalo(x, x_local[self.plan.num_inner :])
+
     def exchange(self, x: Tensor, layer: str = "layer", aggregation: str | None = None) -> Tensor:
         """Return ``[x; halo rows]`` with ``x`` holding the inner rows.
 
@@ -90,3 +117,30 @@ class PartitionedGraph:
             f"{self.__class__.__name__}(rank={p.rank}/{p.num_parts}, inner={p.num_inner}, "
             f"halo={p.num_halo}, edges={p.edge_index.size(1)}, stage={self.stage!r})"
         )
+
+
+class _LocalHalo:
+    """Halo rows that are already there (no exchanger, or a protocol-only one)."""
+
+    def __init__(self, inner: Tensor, halo: Tensor) -> None:
+        self.inner = inner
+        self._halo = halo
+
+    def halo(self) -> Tensor:
+        return self._halo
+
+    def local(self) -> Tensor:
+        return torch.cat([self.inner, self._halo], dim=0)
+
+
+class _FinishedHalo:
+    """Halo rows of a protocol-only exchanger's ``start`` / ``finish`` (overlap mode)."""
+
+    def __init__(self, graph: PartitionedGraph, inner: Tensor, handle: Any) -> None:
+        self.inner, self._graph, self._handle = inner, graph, handle
+
+    def halo(self) -> Tensor:
+        return self.local()[self._graph.num_inner :]
+
+    def local(self) -> Tensor:
+        return self._graph.finish_exchange(self._handle, self.inner)

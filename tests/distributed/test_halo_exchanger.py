@@ -28,3 +28,17 @@ def test_fetches_the_global_rows_of_the_halo() -> None:
 def test_bad_transport() -> None:
     with pytest.raises(ValueError, match="HaloExchanger: expected `transport`"):
         HaloExchanger(transport="pigeon")
+
+
+def test_setup_warms_the_quantiser_up_once_with_a_policy(monkeypatch) -> None:  # noqa: ANN001
+    import importlib
+
+    from lightgraph.quant import FixedBits
+
+    quantize = importlib.import_module("lightgraph.functional.quantize")
+    calls = []
+    monkeypatch.setattr(quantize, "warmup", lambda: calls.append(1) or 0.0, raising=False)
+    HaloExchanger().setup()
+    assert calls == []
+    HaloExchanger(policy=FixedBits(4)).setup()
+    assert calls == [1]

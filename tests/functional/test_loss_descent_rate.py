@@ -122,3 +122,64 @@ def test_bad_updates() -> None:
     with pytest.raises(ValueError, match="`epoch_time` > 0 but got 0.0"):
         tracker.update(1.0, 0.0)
     assert tracker.t == -1  # nothing recorded
+
+
+SLOWS = "more_precision_when_descent_slows"
+SPEEDS_UP = "more_precision_when_descent_speeds_up"
+
+
+def test_more_precision_truth_table_for_both_readings() -> None:
+    # The script of test_degraded_truth_table: descent rates t=1..8 are 2, 2, 1, 2, 2, 0.5,
+    # 0, 0.5 and window 2 compares rate_t with rate_{t-2} for t > 2:
+    #   t=3: 1 vs 2 | t=4: 2 vs 2 (tie) | t=5: 2 vs 1 | t=6: 0.5 vs 2 | t=7: 0 vs 2
+    #   t=8: 0.5 vs 0.5 (tie)
+    # slows: more precision iff rate_t < rate_{t-2}; speeds up: iff rate_t > rate_{t-2};
+    # ties relax under both (Eq. 5's ">=" branch).
+    losses = [10.0, 8.0, 6.0, 5.0, 3.0, 2.0, 1.5, 1.5, 1.0]
+    times = [1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0]
+    expected = {
+        SLOWS: [None, None, None, True, False, False, True, True, False],
+        SPEEDS_UP: [None, None, None, False, False, True, False, False, False],
+    }
+    for reading, table in expected.items():
+        tracker = LossDescentRate(smoothing=0.0, window=2, reading=reading)
+        got = []
+        for loss, seconds in zip(losses, times, strict=True):
+            tracker.update(loss, seconds)
+            got.append(tracker.more_precision())
+        assert got == table, reading
+
+
+def test_default_reading_and_repr() -> None:
+    tracker = LossDescentRate()
+    assert tracker.reading == SLOWS
+    assert repr(tracker) == (
+        "LossDescentRate(smoothing=0.9, window=5, reading='more_precision_when_descent_slows', t=-1)"
+    )
+
+
+def test_state_keeps_the_reading() -> None:
+    tracker = LossDescentRate(smoothing=0.5, window=1, reading=SPEEDS_UP)
+    for loss in (4.0, 3.0, 1.0, 0.5):
+        tracker.update(loss, 1.0)
+    state = json.loads(json.dumps(tracker.state_dict()))
+    assert state["reading"] == SPEEDS_UP
+    restored = LossDescentRate(smoothing=0.5, window=1, reading=SPEEDS_UP)
+    restored.load_state_dict(state)
+    assert restored.more_precision() == tracker.more_precision()
+    with pytest.raises(ValueError, match=f"reading='{SPEEDS_UP}' but this tracker has"):
+        LossDescentRate(smoothing=0.5, window=1, reading=SLOWS).load_state_dict(state)
+    del state["reading"]  # saved before the option existed: the slows reading
+    with pytest.raises(ValueError, match=f"reading='{SLOWS}' but this tracker has"):
+        LossDescentRate(smoothing=0.5, window=1, reading=SPEEDS_UP).load_state_dict(state)
+    LossDescentRate(smoothing=0.5, window=1, reading=SLOWS).load_state_dict(state)
+
+
+def test_bad_reading() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"LossDescentRate: expected `reading` to be one of \("
+        r"'more_precision_when_descent_slows', 'more_precision_when_descent_speeds_up'\) "
+        r"but got 'paper'",
+    ):
+        LossDescentRate(reading="paper")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import math
+import struct
 from fractions import Fraction
 
 import pytest
@@ -12,16 +14,22 @@ from lightgraph.functional.quantize import (
     BITS,
     PARAM_BYTES_PER_ROW,
     PARAM_DTYPE,
+    SEED_HIGH,
     QuantizedRows,
+    counter_noise,
     dequantize,
+    message_nbytes,
     pack_codes,
     pack_rows,
     packed_nbytes,
     quantize,
     unpack_codes,
     unpack_rows,
+    wide_rows,
 )
 
+# the module (lightgraph.functional re-exports the function `quantize` under its name)
+quantize_module = importlib.import_module("lightgraph.functional.quantize")
 ONE_MINUS = 1.0 - 2.0**-24  # largest float32 below 1
 
 
@@ -146,15 +154,18 @@ def test_constant_and_zero_rows(bits: int) -> None:
         q = quantize(x, bits, noise=noise, generator=None if noise is not None else _gen())
         y = dequantize(q)
         assert not torch.isnan(y).any()
-        # representable constants (incl. a bf16 subnormal): scale 0, codes 0, exact
-        assert torch.all(q.scale[:4] == 0) and torch.all(q.codes[:4] == 0)
-        assert torch.equal(y[:4], x[:4])
-        # 0.1 and -1e30 are not bfloat16 values: zero < value, a positive scale covers it
-        assert torch.all(q.scale[4:] > 0)
-        assert torch.all(q.zero_point[4:].float() < x[4:, 0])
-        assert torch.all((y[4:] - x[4:]).abs() <= q.scale[4:, None].float())
-    # all-zero rows: bitwise zero parameters
-    assert torch.equal(q.zero_point[1], torch.tensor(0.0, dtype=PARAM_DTYPE))
+        # every constant row: scale 0, codes 0, exact. Representable in bfloat16 (incl. a
+        # bf16 subnormal): an ordinary row; 0.1 and -1e30 are not bfloat16 values, so
+        # they are wide-offset rows with the exact float32 zero point
+        assert torch.all(q.scale == 0) and torch.all(q.codes == 0)
+        assert torch.equal(y, x) and torch.equal(q.zero_point, x[:, 0])
+        assert q.zero_point.dtype == torch.float32
+    # all-zero rows (and -0.0 rows): bitwise zero parameters
+    assert q.zero_point[1].view(torch.int32) == 0 and q.zero_point[2].view(torch.int32) == 0
+    buf = pack_rows(x, torch.full((6,), bits), _gen())
+    assert wide_rows(buf, [bits] * 6, 5) == 2
+    assert buf.numel() == packed_nbytes([bits] * 6, 5) + 4
+    assert torch.equal(unpack_rows(buf, torch.full((6,), bits), 5), x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
@@ -209,7 +220,7 @@ def test_bf16_params_cover_every_row_exactly(dtype: torch.dtype, bits: int) -> N
     qmax = (1 << bits) - 1
     x = _coverage_rows(dtype)
     q = quantize(x, bits, generator=_gen())
-    assert q.scale.dtype == PARAM_DTYPE and q.zero_point.dtype == PARAM_DTYPE
+    assert q.scale.dtype == PARAM_DTYPE and q.zero_point.dtype == torch.float32
     assert int(q.codes.max()) <= qmax
     for i in range(x.shape[0]):
         lo, hi = Fraction(float(x[i].min())), Fraction(float(x[i].max()))
@@ -251,25 +262,78 @@ def test_pack_layout_is_little_endian_within_bytes() -> None:
 # ------------------------------------------------------------------ mixed-width messages
 
 
+def _seed(seed: int) -> int:
+    """The seed pack_rows / quantize draw from ``_gen(seed)``."""
+    return int(torch.randint(0, SEED_HIGH, (1,), generator=_gen(seed)))
+
+
+def _param_bytes(scale: torch.Tensor, zero: torch.Tensor) -> list[torch.Tensor]:
+    """Scales (sign bit = wide flag), bf16 zero points (top halves), trailer (low halves)."""
+    wide = zero.to(PARAM_DTYPE).float() != zero
+    s = scale.view(torch.int16).clone()
+    s[wide] |= -32768
+    bits = zero.view(torch.int32)
+    hi = (bits >> 16).to(torch.int16)
+    lo = (bits & 0xFFFF)[wide]
+    lo = torch.where(lo >= 32768, lo - 65536, lo).to(torch.int16)
+    return [t.view(torch.uint8) for t in (s, hi, lo)]
+
+
+def _decode_params(
+    buf: torch.Tensor, row_bits: torch.Tensor, dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, zero) float32 in original row order, decoded from the documented layout."""
+    n = row_bits.numel()
+    at = packed_nbytes(row_bits, dim) - 4 * n
+    sbits = [
+        int.from_bytes(bytes(buf[at + 2 * i : at + 2 * i + 2].tolist()), "little") for i in range(n)
+    ]
+    zbits = [
+        int.from_bytes(bytes(buf[at + 2 * n + 2 * i : at + 2 * n + 2 * i + 2].tolist()), "little")
+        for i in range(n)
+    ]
+    trailer = buf[at + 4 * n :].tolist()
+    assert len(trailer) == 2 * sum(s >> 15 for s in sbits)
+    scale, zero, w = [], [], 0
+    for sb, zb in zip(sbits, zbits, strict=True):
+        lo = 0
+        if sb >> 15:
+            lo = trailer[2 * w] | trailer[2 * w + 1] << 8
+            w += 1
+        scale.append(struct.unpack("<f", struct.pack("<I", (sb & 0x7FFF) << 16))[0])
+        zero.append(struct.unpack("<f", struct.pack("<I", zb << 16 | lo))[0])
+    grouped = torch.argsort(row_bits, stable=True)
+    out_s, out_z = torch.empty(n), torch.empty(n)
+    out_s[grouped] = torch.tensor(scale)
+    out_z[grouped] = torch.tensor(zero)
+    return out_s, out_z
+
+
 def _reference_rows(
     x: torch.Tensor, row_bits: torch.Tensor, seed: int, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """quantize + dequantize each width group in ascending order with one generator."""
-    g = _gen(seed)
+    """quantize + dequantize each width group with the documented counter noise."""
+    return _reference_for_seed(x, row_bits, _seed(seed), dtype)
+
+
+def _reference_for_seed(
+    x: torch.Tensor, row_bits: torch.Tensor, s: int, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(x, dtype=dtype)
     codes, scales, zeros = [], [], []
+    start = 0
     for b in BITS:
         idx = (row_bits == b).nonzero().squeeze(1)
         if idx.numel() == 0:
             continue
-        q = quantize(x[idx], b, generator=g)
+        u = counter_noise(s, idx.numel(), x.shape[1], row_offset=start)
+        q = quantize(x[idx], b, noise=u)
         out[idx] = dequantize(q, dtype=dtype)
         codes.append(pack_codes(q.codes, b))
         scales.append(q.scale)
         zeros.append(q.zero_point)
-    layout = torch.cat(
-        codes + [torch.cat(scales).view(torch.uint8), torch.cat(zeros).view(torch.uint8)]
-    )
+        start += idx.numel()
+    layout = torch.cat(codes + _param_bytes(torch.cat(scales), torch.cat(zeros)))
     return out, layout
 
 
@@ -282,10 +346,12 @@ def test_pack_rows_round_trip_mixed_widths(dim: int) -> None:
     assert buf.dtype == torch.uint8 and buf.dim() == 1
     counts = [int((row_bits == b).sum()) for b in BITS]
     formula = sum(math.ceil(c * dim * b / 8) for c, b in zip(counts, BITS, strict=True)) + 4 * n
-    assert buf.numel() == packed_nbytes(row_bits, dim) == packed_nbytes(row_bits.tolist(), dim)
-    assert buf.numel() == formula and PARAM_BYTES_PER_ROW == 4
+    assert packed_nbytes(row_bits, dim) == packed_nbytes(row_bits.tolist(), dim) == formula
+    w = wide_rows(buf, row_bits, dim)
+    assert buf.numel() == formula + 2 * w == message_nbytes(row_bits, dim, w)
+    assert PARAM_BYTES_PER_ROW == 4
     ref, layout = _reference_rows(x, row_bits, seed=5)
-    assert torch.equal(buf, layout)  # codes by width, then scales, then zero points
+    assert torch.equal(buf, layout)  # codes by width, scales, zero points, trailer
     y = unpack_rows(buf, row_bits, dim)
     assert torch.equal(y, ref)
     ref64, _ = _reference_rows(x, row_bits, seed=5, dtype=torch.float64)
@@ -293,10 +359,8 @@ def test_pack_rows_round_trip_mixed_widths(dim: int) -> None:
     # the parameters sit in the buffer in grouped order; each scale is within one bfloat16
     # ulp of (max - zero) / (2^b - 1), and the reconstruction error of a row is below its
     # scale (up to float32 rounding of code * scale + zero)
-    grouped = torch.argsort(row_bits, stable=True)
-    scale, zero = torch.empty(n), torch.empty(n)
-    scale[grouped] = buf[-4 * n : -2 * n].clone().view(PARAM_DTYPE).float()
-    zero[grouped] = buf[-2 * n :].clone().view(PARAM_DTYPE).float()
+    scale, zero = _decode_params(buf, row_bits, dim)
+    assert torch.all(zero <= x.amin(1))
     step = (x.double().amax(1) - zero.double()) / ((1 << row_bits) - 1)
     assert torch.all(scale.double() <= step * (1 + 2**-6) + 2.0**-132)
     assert torch.all((y - x).abs() <= scale[:, None] + 2**-20 * x.abs())
@@ -308,10 +372,11 @@ def test_pack_rows_single_width(bits: int) -> None:
     row_bits = torch.full((9,), bits)
     buf = pack_rows(x, row_bits, _gen(1))
     ref, layout = _reference_rows(x, row_bits, seed=1)
-    assert torch.equal(buf, layout) and buf.numel() == math.ceil(9 * 13 * bits / 8) + 36
+    w = wide_rows(buf, row_bits, 13)
+    assert torch.equal(buf, layout) and buf.numel() == math.ceil(9 * 13 * bits / 8) + 36 + 2 * w
     assert torch.equal(unpack_rows(buf, row_bits, 13), ref)
     if bits == 8:  # stochastic rounding moves a value by less than one step
-        q = quantize(x, 8, generator=_gen(1))
+        q = quantize(x, 8, noise=counter_noise(_seed(1), 9, 13))
         assert torch.all((unpack_rows(buf, row_bits, 13) - x).abs() < q.scale.float()[:, None])
 
 
@@ -386,11 +451,12 @@ def test_bad_input_messages() -> None:
 
     row_bits = torch.tensor([1, 2, 4, 8])
     buf = pack_rows(x, row_bits)
+    nbytes = packed_nbytes(row_bits, 6)
     with pytest.raises(
         ValueError,
-        match=rf"unpack_rows: expected `buf` to hold packed_nbytes\(row_bits, dim=6\) = {buf.numel()} bytes but got {buf.numel() - 1}",
+        match=rf"unpack_rows: expected `buf` to hold packed_nbytes\(row_bits, dim=6\) = {nbytes} bytes plus 2 per wide-offset row but got {nbytes - 1}",
     ):
-        unpack_rows(buf[:-1], row_bits, 6)
+        unpack_rows(buf[: nbytes - 1], row_bits, 6)
     with pytest.raises(ValueError, match=r"unpack_rows: expected every entry of `row_bits`"):
         unpack_rows(buf, torch.tensor([1, 2, 4, 16]), 6)
     with pytest.raises(ValueError, match=r"unpack_rows: expected `dtype` to be one of"):
@@ -440,6 +506,17 @@ def test_compiled_path_is_bit_identical_to_eager() -> None:
     )
 
 
+def test_compiled_counter_core_equals_the_fused_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The torch.compile counter core (the CUDA path's graph, here through Inductor's C++
+    # backend) computes hash + quantization in one graph; it must give the numba bytes.
+    x = _mixed_rows(400, 129, seed=3, dtype=torch.float32)
+    row_bits = torch.tensor([1, 4]).repeat_interleave(200)[torch.randperm(400, generator=_gen(2))]
+    fast = pack_rows(x, row_bits, _gen(4))
+    monkeypatch.setattr(quantize_module, "_kernels", lambda: None)  # the torch path
+    assert torch.equal(pack_rows(x, row_bits, _gen(4), compiled=True), fast)
+    assert torch.equal(pack_rows(x, row_bits, _gen(4)), fast)  # eager torch reference
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("bits", BITS)
 def test_cuda_codes_equal_cpu_codes_for_the_same_noise(bits: int) -> None:
@@ -455,3 +532,23 @@ def test_cuda_codes_equal_cpu_codes_for_the_same_noise(bits: int) -> None:
     assert torch.equal(packed.cpu(), pack_codes(cpu.codes.reshape(-1), bits))
     assert torch.equal(unpack_codes(packed, bits, x.numel()).cpu(), cpu.codes.reshape(-1))
     torch.testing.assert_close(dequantize(gpu).cpu(), dequantize(cpu), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dim", [24, 129])
+def test_cuda_messages_equal_cpu_messages(dim: int) -> None:
+    # The CUDA path (torch.compile -> Triton counter core; groups of >= 2**14 elements
+    # with dim=129, eager with dim=24) was not run where it was written (no GPU); this
+    # checks it against the documented stream and the CPU kernel, bytes and rows.
+    n = 800
+    x = _mixed_rows(n, dim, seed=dim, dtype=torch.float32)
+    x[::5] += 1000.0  # wide-offset rows
+    row_bits = torch.tensor(BITS)[torch.randint(0, 4, (n,), generator=_gen(dim))]
+    cpu = pack_rows(x, row_bits, _gen(1))
+    gpu = pack_rows(x.cuda(), row_bits.cuda(), torch.Generator("cuda").manual_seed(1))
+    assert gpu.is_cuda
+    seed = int(torch.randint(0, SEED_HIGH, (1,), generator=torch.Generator("cuda").manual_seed(1)))
+    ref, layout = _reference_for_seed(x, row_bits, seed)
+    assert torch.equal(gpu.cpu(), layout)
+    assert torch.equal(unpack_rows(gpu, row_bits.cuda(), dim).cpu(), ref)
+    assert torch.equal(cpu, pack_rows(x, row_bits, _gen(1)))

@@ -218,8 +218,11 @@ def test_quantisation_off_is_bit_identical_and_8_bit_is_close(tmp_path) -> None:
         float(vanilla.callback_metrics["test_acc"]), abs=0.01
     )
     # Exact bytes: FP32 sends 3 x 16 floats per halo node and epoch (see above); 8 bits send
-    # 16 one-byte codes plus 4 bytes of bf16 scale and zero point per row instead.
+    # 16 one-byte codes plus 4 bytes of bf16 scale and zero point per row instead, and 2 more
+    # bytes (the low half of a float32 zero point) for each wide-offset row.
     fp32 = float(vanilla.callback_metrics["comm_bytes"])
     halo = fp32 / (3 * 16 * 4)
     assert halo == int(halo) > 0
-    assert float(q8.callback_metrics["comm_bytes"]) == halo * 3 * (16 + 4)
+    q8_bytes = float(q8.callback_metrics["comm_bytes"])
+    extra = q8_bytes - halo * 3 * (16 + 4)
+    assert 0 <= extra <= halo * 3 * 2 and extra % 2 == 0

@@ -26,6 +26,7 @@ from torch_geometric.nn.conv import (
 
 from lightgraph.data.partition_plan import PartitionPlan
 from lightgraph.functional.sparse_matmul import spmm_with_cached_transpose
+from lightgraph.nn.conv.split import SplitLayer, split_layer
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 from lightgraph.typing import require_torch_sparse
 from lightgraph.utilities.checks import check_choice, check_type
@@ -65,6 +66,18 @@ class PartitionAware(nn.Module):
     Layers that propagate several hops per call (``SGConv``, ``APPNP``, ``TAGConv``, ...)
     are rejected: stack one-hop layers instead.
 
+    **Split path.** ``GCNConv``, ``SAGEConv``, ``GATConv``, ``GCN2Conv`` and
+    :class:`~lightgraph.nn.conv.GCNPropagation` (with their usual options, see
+    :mod:`lightgraph.nn.conv.split`) are computed in two halves around the exchange:
+    first everything the inner rows determine — their transform, and the aggregation of
+    inner sources — then the halo rows' transform and contribution. Every row is
+    transformed once and every output row's dense part runs once. In overlap mode the
+    first half runs while the halo rows travel, and in backward the halo gradients are
+    sent back while the first half's gradient is computed. The same two halves run in
+    every mode, so overlapped and synchronous forward passes are bit-identical. Other
+    layers run whole: in overlap mode twice (central rows with zero halo rows while the
+    rows travel, then marginal rows), which is exact but doubles the dense work.
+
     Args:
         conv: the PyG layer.
         name: label of this layer in the exchanged-bytes counters.
@@ -77,6 +90,8 @@ class PartitionAware(nn.Module):
             layers).
         bipartite: call the layer as ``conv((x_local, x_inner), ...)`` so it computes inner
             rows only; ``None`` decides from the type hint of the layer's ``x`` argument.
+        split: use the split path where the layer has one (``False``: always run the PyG
+            layer whole, as before the split path existed).
 
     Shapes:
         - **input:** inner rows ``[num_inner, F_in]``, a :class:`PartitionedGraph`
@@ -90,6 +105,7 @@ class PartitionAware(nn.Module):
         adjacency: Adjacency = "auto",
         normalization: Normalization = "auto",
         bipartite: bool | None = None,
+        split: bool = True,
     ) -> None:
         super().__init__()
         check_type("PartitionAware", "conv", conv, MessagePassing, hint="a torch_geometric layer")
@@ -115,6 +131,12 @@ class PartitionAware(nn.Module):
                     f"sees, which are wrong for halo rows; use normalization='gcn' (or 'auto') so the "
                     f"plan's global degrees are used, or build the layer with normalize=False."
                 )
+            if getattr(conv, "improved", False):
+                raise ValueError(
+                    f"PartitionAware: {type(conv).__name__}(improved=True) is not supported on "
+                    f"partitions (the plan's global GCN weights use self-loop weight 1, not 2); pass "
+                    f"improved=False, or normalize=False and your own edge weights."
+                )
             if not getattr(conv, "add_self_loops", True):
                 raise ValueError(
                     f"PartitionAware: {type(conv).__name__}(add_self_loops=False) with normalisation is not "
@@ -132,6 +154,7 @@ class PartitionAware(nn.Module):
         self.adjacency: str = adjacency
         self.bipartite = _accepts_pair(conv) if bipartite is None else bipartite
         self.aggregation: str = _aggregation_kind(conv, normalization)
+        self.split = check_type("PartitionAware", "split", split, bool)
 
     def forward(self, x: Tensor, graph: PartitionedGraph, **kwargs: Any) -> Tensor:
         plan = graph.plan
@@ -141,25 +164,43 @@ class PartitionAware(nn.Module):
                 f"but got {x.size(0)} rows."
             )
         n = plan.num_inner
+        layer = (
+            split_layer(self.conv, self.adjacency, self.normalization, kwargs)
+            if self.split
+            else None
+        )
+        if layer is not None:
+            return self._split(x, graph, layer, kwargs)
         if graph.overlaps and self.adjacency != "sparse_tensor":
             return self._overlapped(x, graph, kwargs)
         x_local = graph.exchange(x, layer=self.name, aggregation=self.aggregation)
         return self._compute(x_local, plan, n, dict(kwargs), None)
 
+    def _split(
+        self, x: Tensor, graph: PartitionedGraph, layer: SplitLayer, kwargs: dict[str, Any]
+    ) -> Tensor:
+        """The split path: inner-row half, (wait for) the halo rows, halo half."""
+        transfer = graph.start_halo(x, layer=self.name, aggregation=self.aggregation)
+        state = layer.inner(transfer.inner, graph.plan, kwargs)
+        return layer.outer(state, transfer.halo(), graph.plan, kwargs)
+
     def _overlapped(self, x: Tensor, graph: PartitionedGraph, kwargs: dict[str, Any]) -> Tensor:
-        """AdaQP's overlap: central rows while the exchange is in flight, then marginal rows.
+        """AdaQP's overlap for layers without a split path: central rows while the exchange
+        is in flight, then marginal rows.
 
         Both passes run the layer on full-shaped inputs with the adjacency restricted to
         the rows they produce, so every output row is computed by exactly the arithmetic
         of the synchronous pass (the central pass sees zeros where halo rows will be; no
-        central row reads them). The price is running the layer's dense part twice.
+        central row reads them). The price is running the layer's dense part twice. The
+        halo gradients are sent while the central pass's backward runs.
         """
         plan = graph.plan
         n = plan.num_inner
-        handle = graph.start_exchange(x, layer=self.name, aggregation=self.aggregation)
+        transfer = graph.start_halo(x, layer=self.name, aggregation=self.aggregation)
+        x = transfer.inner
         x_pad = torch.cat([x, x.new_zeros((plan.num_halo,) + tuple(x.shape[1:]))])
         central = self._compute(x_pad, plan, n, dict(kwargs), "central")
-        x_local = graph.finish_exchange(handle, x)
+        x_local = transfer.local()
         marginal = self._compute(x_local, plan, n, dict(kwargs), "marginal")
         mask = plan.marginal_mask.view((-1,) + (1,) * (central.dim() - 1))
         return torch.where(mask, marginal, central)
@@ -202,7 +243,10 @@ class PartitionAware(nn.Module):
         self.conv.reset_parameters()
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, adjacency={self.adjacency!r}, normalization={self.normalization!r}, bipartite={self.bipartite}"
+        return (
+            f"name={self.name!r}, adjacency={self.adjacency!r}, "
+            f"normalization={self.normalization!r}, bipartite={self.bipartite}, split={self.split}"
+        )
 
 
 def _aggregation_kind(conv: MessagePassing, normalization: str) -> str:
