@@ -17,6 +17,10 @@ class HaloExchange(Protocol):
     """What partition-aware layers need from an exchanger (:class:`~lightgraph.distributed.HaloExchanger`).
 
     Lower floors (``lightgraph.nn``) depend on this protocol, not on the runtime class.
+    An exchanger may also offer ``start_halo(x, plan, layer)`` (see
+    :meth:`lightgraph.distributed.HaloExchanger.start_halo`), which the split path of
+    :class:`~lightgraph.nn.PartitionAware` uses to transform every row once; without it
+    :class:`~lightgraph.nn.PartitionedGraph` falls back to :meth:`start` / :meth:`finish`.
     """
 
     def __call__(self, x: Tensor, plan: Any, stage: str = "train", layer: str = "layer") -> Tensor:

@@ -392,8 +392,14 @@ class HaloExchanger:
         previous = self._buffers.pop(key, None)
         if previous is not None:
             previous[0].wait()  # drain a transfer started by an asynchronous epoch
+        pending = self._start_forward(x, msgs, layer, plan)
+        self._buffers[key] = (pending, msgs)  # drain() completes it if never finished
+        return _Inflight(pending, msgs, layer)
+
+    def _start_forward(self, x: Tensor, msgs: _Messages, layer: str, plan: PartitionPlan) -> Any:
+        """Start sending ``x``'s rows of ``msgs`` (forward direction) to their peers."""
         rows = x.detach().index_select(0, msgs.send_index)
-        pending = self._start(
+        return self._start(
             rows,
             msgs.send_counts,
             msgs.recv_counts,
@@ -403,8 +409,6 @@ class HaloExchanger:
             "forward",
             plan,
         )
-        self._buffers[key] = (pending, msgs)  # drain() completes it if never finished
-        return _Inflight(pending, msgs, layer)
 
     def start_halo(
         self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
@@ -646,17 +650,7 @@ class _PipelinedExchange(torch.autograd.Function):
         msgs = ex.messages(plan, layer, "forward")
 
         def start() -> Any:
-            rows = x.detach().index_select(0, msgs.send_index)
-            return ex._start(
-                rows,
-                msgs.send_counts,
-                msgs.recv_counts,
-                msgs.send_bits,
-                msgs.recv_bits,
-                layer,
-                "forward",
-                plan,
-            )
+            return ex._start_forward(x, msgs, layer, plan)
 
         received, used = ex._transfer((layer, "forward"), start, msgs)
         ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
@@ -758,17 +752,7 @@ class HaloTransfer:
             msgs = ex.messages(plan, layer, "forward")
 
             def start() -> Any:
-                rows = x.detach().index_select(0, msgs.send_index)
-                return ex._start(
-                    rows,
-                    msgs.send_counts,
-                    msgs.recv_counts,
-                    msgs.send_bits,
-                    msgs.recv_bits,
-                    layer,
-                    "forward",
-                    plan,
-                )
+                return ex._start_forward(x, msgs, layer, plan)
 
             received, used = ex._transfer((layer, "forward"), start, msgs)
             self._received = used.place(received).to(x.dtype)
