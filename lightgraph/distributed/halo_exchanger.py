@@ -22,6 +22,7 @@ from lightgraph.functional.halo_exchange import (
     TRANSPORTS,
     GradientJoin,
     PendingBytes,
+    Ready,
     exchange_needed,
     exchange_rows,
     grad_join,
@@ -127,17 +128,18 @@ class _Decoding:
                 f"HaloExchanger: expected the peers' message sizes to add up to the "
                 f"{buf.numel()} bytes received, one per peer ({len(self.counts)}), but got {sizes}."
             )
-        rows, start, row = [], 0, 0
+        # Every peer's rows are dequantised straight into their slice of one buffer.
+        rows = torch.empty((sum(self.counts), self.dim), dtype=self.dtype, device=buf.device)
+        start, row = 0, 0
         for count, size in zip(self.counts, sizes, strict=True):
             if count:
-                rows.append(
-                    unpack_rows(
-                        buf[start : start + size],
-                        self.bits[row : row + count],
-                        self.dim,
-                        self.dtype,
-                        compiled=self.compiled,
-                    )
+                unpack_rows(
+                    buf[start : start + size],
+                    self.bits[row : row + count],
+                    self.dim,
+                    self.dtype,
+                    compiled=self.compiled,
+                    out=rows[row : row + count],
                 )
             elif size:
                 raise RuntimeError(
@@ -146,9 +148,7 @@ class _Decoding:
                 )
             start += size
             row += count
-        if not rows:
-            return torch.empty((0, self.dim), dtype=self.dtype, device=buf.device)
-        return torch.cat(rows)
+        return rows
 
 
 @dataclass
@@ -156,14 +156,6 @@ class _Inflight:
     pending: Any
     msgs: _Messages
     layer: str
-
-
-class _Ready:
-    def __init__(self, value: Tensor) -> None:
-        self.value = value
-
-    def wait(self) -> Tensor:
-        return self.value
 
 
 class HaloExchanger:
@@ -410,6 +402,22 @@ class HaloExchanger:
             plan,
         )
 
+    def _start_backward(
+        self, halo_grad: Tensor, msgs: _Messages, layer: str, plan: PartitionPlan
+    ) -> Any:
+        """Start sending the halo rows' gradients of ``msgs`` back to their owners."""
+        rows = msgs.pick(halo_grad).contiguous()
+        return self._start(
+            rows,
+            msgs.recv_counts,
+            msgs.send_counts,
+            msgs.recv_bits,
+            msgs.send_bits,
+            layer,
+            "backward",
+            plan,
+        )
+
     def start_halo(
         self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
     ) -> HaloTransfer:
@@ -436,7 +444,7 @@ class HaloExchanger:
     def finish(self, inflight: _Inflight, x: Tensor, plan: PartitionPlan) -> Tensor:
         """Wait for :meth:`start`'s rows; returns ``[x; halo]`` (differentiable, like ``__call__``)."""
         received = inflight.pending.wait()
-        self._buffers[(inflight.layer, "forward")] = (_Ready(received), inflight.msgs)
+        self._buffers[(inflight.layer, "forward")] = (Ready(received), inflight.msgs)
         return _FinishedExchange.apply(x, received, inflight.msgs, self, plan, inflight.layer)
 
     def drain(self) -> None:
@@ -638,7 +646,7 @@ class HaloExchanger:
         if previous is not None:
             previous[0].wait()  # drain a transfer started by an asynchronous epoch
         fresh = start().wait()
-        self._buffers[key] = (_Ready(fresh), msgs)
+        self._buffers[key] = (Ready(fresh), msgs)
         return fresh, msgs
 
 
@@ -689,17 +697,7 @@ def _backward_exchange(ctx: Any, grad_out: Tensor) -> Tensor:
     halo_grad = grad_out[n:]
 
     def start() -> Any:
-        rows = msgs.pick(halo_grad).contiguous()
-        return ex._start(
-            rows,
-            msgs.recv_counts,
-            msgs.send_counts,
-            msgs.recv_bits,
-            msgs.send_bits,
-            layer,
-            "backward",
-            plan,
-        )
+        return ex._start_backward(halo_grad, msgs, layer, plan)
 
     received, used = ex._transfer((layer, "backward"), start, msgs)
     grad_x = grad_out[:n].clone()
@@ -793,7 +791,7 @@ class HaloTransfer:
             inflight, self._inflight = self._inflight, None
             assert inflight is not None
             received = inflight.pending.wait()
-            self._ex._buffers[(self.layer, "forward")] = (_Ready(received), inflight.msgs)
+            self._ex._buffers[(self.layer, "forward")] = (Ready(received), inflight.msgs)
             return inflight.msgs.place(received).to(self._dtype)
         received, self._received = self._received, None
         assert received is not None
@@ -840,27 +838,17 @@ class _HaloGradients:
                 ex._ring_executor(),
             )
             ex.stats.record(self.stage, layer, "backward", grad.numel() * grad.element_size())
-            self.join.park(_Ready(back), plan.send_index)
+            self.join.park(Ready(back), plan.send_index)
             return
         key = (layer, "backward")
         msgs = ex.messages(plan, layer, "backward")
 
         def start() -> Any:
-            rows = msgs.pick(grad).contiguous()
-            return ex._start(
-                rows,
-                msgs.recv_counts,
-                msgs.send_counts,
-                msgs.recv_bits,
-                msgs.send_bits,
-                layer,
-                "backward",
-                plan,
-            )
+            return ex._start_backward(grad, msgs, layer, plan)
 
         if self.kind == "pipelined":
             received, used = ex._transfer(key, start, msgs)
-            self.join.park(_Ready(received), used.send_index)
+            self.join.park(Ready(received), used.send_index)
             return
         # overlap: only start; the join waits once the inner rows' backward is done
         previous = ex._buffers.pop(key, None)
@@ -872,7 +860,7 @@ class _HaloGradients:
         def done(received: Tensor) -> None:
             current = ex._buffers.get(key)
             if current is not None and current[0] is pending:
-                ex._buffers[key] = (_Ready(received), msgs)  # what a following async epoch reads
+                ex._buffers[key] = (Ready(received), msgs)  # what a following async epoch reads
 
         self.join.park(pending, msgs.send_index, done)
 

@@ -224,13 +224,15 @@ def start_exchange_bytes(
             start_exchange_rows(send, counts_out, recv_counts, group, transport), recv_counts
         )
     if executor is None:
-        return PendingBytes(_Ready(_ring_bytes(send, counts_out, group)))
+        return PendingBytes(Ready(_ring_bytes(send, counts_out, group)))
     stream = _current_stream(send)
     future = executor.submit(_on_stream, stream, _ring_bytes, send, counts_out, group)
     return PendingBytes(_FutureWork(future, stream))
 
 
-class _Ready:
+class Ready:
+    """An already-completed transfer: :meth:`wait` returns ``value``."""
+
     def __init__(self, value: Any) -> None:
         self.value = value
 

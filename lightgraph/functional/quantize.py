@@ -741,6 +741,28 @@ def _kernels() -> ModuleType | None:
     return _KERNELS
 
 
+def _check_out(
+    fn: str, out: object, shape: tuple[int, int], dtype: torch.dtype, device: torch.device
+) -> None:
+    ok = (
+        isinstance(out, Tensor)
+        and tuple(out.shape) == shape
+        and out.dtype == dtype
+        and out.device == device
+        and out.is_contiguous()
+    )
+    if not ok:
+        got = (
+            f"{out.dtype} {tuple(out.shape)} on {out.device} (contiguous={out.is_contiguous()})"
+            if isinstance(out, Tensor)
+            else type(out).__name__
+        )
+        raise ValueError(
+            f"{fn}: expected `out` to be a contiguous {list(shape)} {dtype} tensor on {device} "
+            f"but got {got}."
+        )
+
+
 def _guarded(fn: Callable[..., Any], *args: Any) -> Any:
     """Run a numba path; should numba itself fail (e.g. it cannot compile the kernels
     in this environment), warn once, disable the kernels and return ``None`` so that the
@@ -919,16 +941,23 @@ def _unpack_fast(
     dim: int,
     dtype: torch.dtype,
     threads: int | None = None,
+    into: Tensor | None = None,
 ) -> Tensor:
-    """Fused unpack+dequantize of a validated CPU message (``rb`` int64, ``dim >= 1``)."""
+    """Fused unpack+dequantize of a validated CPU message (``rb`` int64, ``dim >= 1``).
+
+    ``into``: a contiguous ``[N, dim]`` tensor of ``dtype`` to write the rows to.
+    """
     n = rb.numel()
     ct = _compute_dtype(dtype)
-    out = torch.empty((n, dim), dtype=ct)
+    direct = into is not None and into.dtype == ct
+    out = into if direct else torch.empty((n, dim), dtype=ct)
     params_at = _nbytes(counts, dim) - PARAM_BYTES_PER_ROW * n
     order = _message_order(k, rb, counts)
     run = _parts_runner(n * dim, threads)
     bn = buf.contiguous().numpy()
     k.dequantize_rows(bn, rb.cpu().numpy(), order, list(counts), params_at, out.numpy(), run)
+    if into is not None and not direct:
+        return into.copy_(out)
     return out if ct == dtype else out.to(dtype)
 
 
@@ -1368,6 +1397,7 @@ def unpack_rows(
     dtype: torch.dtype = torch.float32,
     *,
     compiled: bool = False,
+    out: Tensor | None = None,
 ) -> Tensor:
     """Invert :func:`pack_rows`: dequantize every row and restore the original order.
 
@@ -1384,6 +1414,8 @@ def unpack_rows(
         dtype: output dtype (float16, bfloat16, float32 or float64).
         compiled: accepted for compatibility; ignored on the CPU numba path, selects the
             ``torch.compile`` dequantization core on the torch path (same values).
+        out: optional contiguous ``[N, D]`` tensor of ``dtype`` on ``buf``'s device to
+            write the rows to (e.g. a slice of a larger receive buffer); returned.
 
     Shapes:
         - buf: ``[packed_nbytes(row_bits, D) + 2 W]`` uint8; row_bits: ``[N]``.
@@ -1396,6 +1428,8 @@ def unpack_rows(
     _check_buf(fn, buf)
     nbytes = _nbytes(counts, dim)
     n = rb.numel()
+    if out is not None:
+        _check_out(fn, out, (n, dim), dtype, buf.device)
     if buf.numel() < nbytes:
         raise ValueError(
             f"{fn}: expected `buf` to hold packed_nbytes(row_bits, dim={dim}) = {nbytes} "
@@ -1411,13 +1445,15 @@ def unpack_rows(
             f"section) but got {buf.numel()}."
         )
     if n == 0:
-        return torch.empty((0, dim), dtype=dtype, device=buf.device)
+        return out if out is not None else torch.empty((0, dim), dtype=dtype, device=buf.device)
     params_at = nbytes - PARAM_BYTES_PER_ROW * n
     k = _kernels() if buf.device.type == "cpu" and dim > 0 else None
     if k is not None:
-        rows = _guarded(_unpack_fast, k, buf, rb.cpu(), counts, dim, dtype)
+        rows = _guarded(_unpack_fast, k, buf, rb.cpu(), counts, dim, dtype, None, out)
         if rows is not None:
             return rows
+    if out is not None:
+        return out.copy_(unpack_rows(buf, row_bits, dim, dtype, compiled=compiled))
     scales, zeros = _read_params(buf, n, params_at, num_wide)
     order = _group_order(rb.to(buf.device), counts)
     out = None if order is None else torch.empty((n, dim), dtype=dtype, device=buf.device)

@@ -334,9 +334,11 @@ def _padded_messages(rank: int, world: int, transport: str) -> dict:
                 buf = real_pack(rows, bits, gen, compiled=compiled)
                 return torch.cat([buf, buf.new_full((2 * rows.size(0),), 0xAB)])
 
-            def unpack(buf, bits, dim, dtype, compiled=False):  # noqa: ANN001, ANN202
+            def unpack(buf, bits, dim, dtype, compiled=False, out=None):  # noqa: ANN001, ANN202
                 assert bool((buf[-2 * bits.numel() :] == 0xAB).all())
-                return real_unpack(buf[: -2 * bits.numel()], bits, dim, dtype, compiled=compiled)
+                return real_unpack(
+                    buf[: -2 * bits.numel()], bits, dim, dtype, compiled=compiled, out=out
+                )
 
             hx.pack_rows, hx.unpack_rows = pack, unpack
         ex = HaloExchanger(transport=transport, policy=FixedBits(4), seed=5)

@@ -552,3 +552,25 @@ def test_cuda_messages_equal_cpu_messages(dim: int) -> None:
     assert torch.equal(gpu.cpu(), layout)
     assert torch.equal(unpack_rows(gpu, row_bits.cuda(), dim).cpu(), ref)
     assert torch.equal(cpu, pack_rows(x, row_bits, _gen(1)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_unpack_rows_into_a_slice_of_a_larger_buffer(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 12, generator=gen) * 5 + 1000  # some wide-offset rows
+    bits = torch.tensor([1, 2, 4, 8] * 10)
+    buf = pack_rows(x, bits, torch.Generator().manual_seed(0))
+    expected = unpack_rows(buf, bits, 12, dtype)
+    whole = torch.full((50, 12), -7.0, dtype=dtype)
+    got = unpack_rows(buf, bits, 12, dtype, out=whole[5:45])
+    assert got.data_ptr() == whole[5:45].data_ptr()
+    assert torch.equal(whole[5:45], expected)
+    assert (whole[:5] == -7).all() and (whole[45:] == -7).all()
+
+
+def test_unpack_rows_rejects_a_bad_out() -> None:
+    bits = torch.full((4,), 2)
+    buf = pack_rows(torch.randn(4, 8), bits, torch.Generator().manual_seed(0))
+    for out in (torch.empty(3, 8), torch.empty(4, 8, dtype=torch.float64), torch.empty(8, 4).t()):
+        with pytest.raises(ValueError, match="`out`"):
+            unpack_rows(buf, bits, 8, out=out)
