@@ -16,6 +16,7 @@ module                        contents
 """
 
 from lightgraph.functional.attention.cluster_sparse import (
+    AUTO_MIN_TILE_FILL,
     CHUNK_ELEMENTS,
     CLUSTER_CACHE_DIVISOR,
     NOMINAL_CACHE_BYTES,
@@ -31,6 +32,7 @@ from lightgraph.functional.attention.raw import raw_attention
 from lightgraph.functional.attention.sparse import sparse_attention
 
 __all__ = [
+    "AUTO_MIN_TILE_FILL",
     "CHUNK_ELEMENTS",
     "CLUSTER_CACHE_DIVISOR",
     "KINDS",

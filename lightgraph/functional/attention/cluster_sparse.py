@@ -24,6 +24,7 @@ from lightgraph.utilities.checks import (
 )
 
 __all__ = [
+    "AUTO_MIN_TILE_FILL",
     "CHUNK_ELEMENTS",
     "CLUSTER_CACHE_DIVISOR",
     "NOMINAL_CACHE_BYTES",
@@ -44,6 +45,11 @@ CLUSTER_CACHE_DIVISOR: int = 1536
 #: cache of the RTX 3090 the thesis fitted its rule on. A constant, so the default cluster
 #: count (and with it the attention pattern) is the same on every machine.
 NOMINAL_CACHE_BYTES: int = 6 * 2**20
+
+#: Tile fill (:attr:`ClusterSparseLayout.tile_fill`) from which ``kind="auto"`` of
+#: :func:`~lightgraph.functional.attention.attend` runs the cluster-sparse kernel instead of
+#: the CSR sparse kernel. A constant, so the choice depends on the input only.
+AUTO_MIN_TILE_FILL: float = 0.5
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -293,6 +299,20 @@ class ClusterSparseLayout:
     def num_tiles(self) -> int:
         """Active tiles ``T`` (exact plus transferred)."""
         return self.tile_row.numel()
+
+    @property
+    def tile_fill(self) -> float:
+        """Share of the computed scores that are attended pairs:
+        ``num_entries / (num_tiles * block_size ** 2)`` (1.0 for a layout without tiles).
+
+        The tile kernel computes every score of an active tile, so ``1 / tile_fill`` is its
+        work per attended pair; ``kind="auto"`` of
+        :func:`~lightgraph.functional.attention.attend` compares it with
+        :data:`AUTO_MIN_TILE_FILL`.
+        """
+        if self.num_tiles == 0:
+            return 1.0
+        return self.num_entries / (self.num_tiles * self.block_size**2)
 
     def pattern(self) -> tuple[Tensor, Tensor | None]:
         """The pairs the layout attends.
