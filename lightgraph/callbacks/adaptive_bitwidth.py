@@ -18,7 +18,7 @@ from lightgraph.utilities.checks import BITS, check_bits
 class AdaptiveBitWidth(LDRSchedule[int]):
     """Sylvie's time-adaptive quantization (ICDE'24, §V-A, Eq. 5): the base bit-width per epoch.
 
-    Sets the halo exchanger's ``policy.base_bits`` (:math:`b_t`) before every
+    Sets the exchange's ``policy.base_bits`` (:math:`b_t`) before every
     training epoch from the Loss Descent Rate of the previous ones (see
     :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` for the definition,
     the sign convention and the two readings; :math:`\\mathrm{more}(t)` is its
@@ -51,10 +51,13 @@ class AdaptiveBitWidth(LDRSchedule[int]):
     and are identical on all ranks. The width of every epoch is logged as ``bitwidth``
     (with ``log=True``) and kept in :attr:`history`.
 
-    Needs a strategy with a halo exchanger (``BoundaryExchangeStrategy``). If its exchange
-    has a bit-width policy (e.g. ``quantization=DegreeAwareBits(...)``) the callback drives
-    that policy's base width; on an FP32 exchange it installs ``FixedBits(b_min)``, i.e.
-    the purely time-adaptive scheme in which every row uses :math:`b_t`.
+    Needs a strategy with a quantisable exchange: the halo exchanger of
+    ``BoundaryExchangeStrategy`` or the token all-to-alls of ``GraphParallelStrategy``
+    (:class:`~lightgraph.distributed.SequenceParallel`, TorchGT's sequence parallelism;
+    its rows are token rows). If the exchange has a bit-width policy (e.g.
+    ``quantization=DegreeAwareBits(...)``) the callback drives that policy's base width;
+    on an FP32 exchange it installs ``FixedBits(b_min)``, i.e. the purely time-adaptive
+    scheme in which every row uses :math:`b_t`.
 
     Args:
         b_min: smallest base width, one of (1, 2, 4, 8); also the width of epoch 0.
@@ -94,12 +97,19 @@ class AdaptiveBitWidth(LDRSchedule[int]):
 
     @override
     def _target(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> BitWidthPolicy:
-        exchanger = parallel_context(pl_module).halo_exchanger
+        context = parallel_context(pl_module)
+        # The halo exchanger (partition parallelism) or the sequence-parallel all-to-alls
+        # (graph parallelism): both quantise their messages with a BitWidthPolicy.
+        exchanger: Any = context.halo_exchanger
+        if exchanger is None:
+            exchanger = context.sequence_parallel
         if exchanger is None:
             raise RuntimeError(
                 "AdaptiveBitWidth needs the halo exchanger of a boundary-exchange strategy, e.g. "
-                "BoundaryExchangeStrategy(quantization=...), handed to the module's "
-                f"parallel_context; the strategy is {type(trainer.strategy).__name__}."
+                "BoundaryExchangeStrategy(quantization=...), or the sequence parallelism of a "
+                "graph-parallel strategy, e.g. GraphParallelStrategy(quantization=...), handed "
+                "to the module's parallel_context; the strategy is "
+                f"{type(trainer.strategy).__name__}."
             )
         if exchanger.policy is None:
             # An FP32 exchange gets Sylvie's purely time-adaptive scheme: one width for

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any, Literal
+
 import torch.distributed as dist
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from typing_extensions import override
 
 from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.token_batch import TokenShard
 from lightgraph.distributed.context import ParallelContext
-from lightgraph.distributed.sequence_parallel import SequenceParallel
+from lightgraph.distributed.sequence_parallel import SequenceParallel, token_importance
+from lightgraph.quant.bit_width_policy import BitWidthPolicy
+from lightgraph.quant.variance_aware_bits import VarianceAwareBits
 from lightgraph.strategies.exchange_group import ExchangeGroupStrategy
+from lightgraph.utilities.checks import check_type
 
 
 class GraphParallelStrategy(ExchangeGroupStrategy):
@@ -47,10 +54,28 @@ class GraphParallelStrategy(ExchangeGroupStrategy):
 
     i.e. the sum over its tokens divided by the *total* number of tokens.
 
+    Quantised all-to-alls (``quantization``, a :mod:`lightgraph.quant` policy, as
+    :class:`~lightgraph.strategies.BoundaryExchangeStrategy` takes): in training both
+    all-to-alls of every attention layer (``Q, K, V`` out, attention output back) and
+    their backward all-to-alls (the gradients) send every token row — one token's values
+    for one peer's heads — as stochastically rounded codes of the policy's width with a
+    bf16 scale and zero point (see :class:`~lightgraph.distributed.SequenceParallel`);
+    evaluation stays FP32. :class:`~lightgraph.quant.FixedBits` and
+    :class:`~lightgraph.quant.RandomBits` apply as they are;
+    :class:`~lightgraph.quant.DegreeAwareBits` ranks tokens by how many queries attend to
+    them in the batch's attention pattern (the strategy sets
+    :func:`~lightgraph.distributed.sequence_parallel.token_importance` of every training
+    batch's graph); :class:`~lightgraph.quant.VarianceAwareBits` is rejected.
+    :class:`~lightgraph.callbacks.AdaptiveBitWidth` drives the policy's ``base_bits``
+    (and installs ``FixedBits`` on an FP32 run). Bytes are counted per layer, direction
+    and stage, codes and parameters apart, in ``sequence_parallel.stats``.
+
     Registered names: ``"graph_parallel"`` (``start_method="popen"``, works under
     ``torchrun`` and SLURM), ``"graph_parallel_spawn"``, ``"graph_parallel_fork"``.
 
     Args:
+        quantization: bit-width policy of training all-to-alls; ``None`` sends FP32.
+        seed: seed of the quantisation noise.
         process_group_backend: ``"gloo"``, ``"nccl"``, ...; default from the device.
         timeout: timeout of collectives.
         start_method: how processes are launched (see ``DDPStrategy``).
@@ -60,6 +85,50 @@ class GraphParallelStrategy(ExchangeGroupStrategy):
     strategy_name = "graph_parallel"
     strategy_description = "Graph (sequence) parallelism with all-to-all over DDP"
 
+    def __init__(
+        self,
+        quantization: BitWidthPolicy | None = None,
+        seed: int = 0,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = default_pg_timeout,
+        start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
+        find_unused_parameters: bool = False,
+    ) -> None:
+        owner = "GraphParallelStrategy"
+        if quantization is not None:
+            check_type(
+                owner,
+                "quantization",
+                quantization,
+                BitWidthPolicy,
+                "a lightgraph.quant.BitWidthPolicy such as FixedBits or RandomBits, or None",
+            )
+            if isinstance(quantization, VarianceAwareBits):
+                raise TypeError(
+                    f"{owner}: VarianceAwareBits cannot size the token all-to-alls of graph "
+                    "parallelism (its widths come from traced halo messages, a partition's "
+                    "aggregation coefficients and a link cost model); use FixedBits, RandomBits "
+                    "or DegreeAwareBits, or None for FP32."
+                )
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"{owner}: expected `seed` to be an integer but got {seed!r}.")
+        super().__init__(
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+            find_unused_parameters=find_unused_parameters,
+        )
+        self._quantization = quantization
+        self.seed = seed
+
+    @property
+    def quantization(self) -> BitWidthPolicy | None:
+        """The bit-width policy in force: the runtime's once set up (callbacks may change it
+        there), the configured one before."""
+        if self._context is not None and self._context.sequence_parallel is not None:
+            return self._context.sequence_parallel.policy
+        return self._quantization
+
     @property
     def sequence_parallel(self) -> SequenceParallel:
         """The sequence/head all-to-all exchanger; available after the process group is set up."""
@@ -67,7 +136,20 @@ class GraphParallelStrategy(ExchangeGroupStrategy):
 
     @override
     def build_context(self, group: dist.ProcessGroup) -> ParallelContext:
-        return ParallelContext(sequence_parallel=SequenceParallel(group=group))
+        sp = SequenceParallel(group=group, policy=self._quantization, seed=self.seed)
+        sp.setup()  # the quantiser's kernels compile here, not in the first step
+        return ParallelContext(sequence_parallel=sp)
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        # A degree-aware policy sizes token rows by the batch's attention pattern.
+        sp = self._context.sequence_parallel if self._context is not None else None
+        if sp is not None and sp.needs_token_importance:
+            batch = args[0] if args else kwargs.get("batch")
+            graph = getattr(batch, "graph", None)
+            if graph is not None and hasattr(graph, "edge_index"):
+                sp.set_token_importance(token_importance(graph))
+        return super().training_step(*args, **kwargs)
 
     @override
     def setup_environment(self) -> None:

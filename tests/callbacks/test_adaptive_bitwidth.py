@@ -460,3 +460,85 @@ def test_fp32_exchange_gets_the_purely_time_adaptive_policy() -> None:
     callback = AdaptiveBitWidth(b_min=2)
     policy = callback._target(trainer, DriverModule(exchanger, []))
     assert isinstance(policy, FixedBits) and exchanger.policy is policy and policy.base_bits == 2
+
+
+# ------------------------------------------------- graph parallelism (sequence all-to-alls)
+def test_sequence_parallel_exchange_is_driven_too() -> None:
+    from lightgraph.distributed import SequenceParallel
+    from lightgraph.quant import FixedBits, RandomBits
+
+    trainer = SimpleNamespace(strategy=SimpleNamespace())
+    callback = AdaptiveBitWidth(b_min=2)
+    module = DriverModule(None, [])
+    sp = SequenceParallel()  # an FP32 exchange gets the purely time-adaptive FixedBits(b_min)
+    module.attach_parallel_context(ParallelContext(sequence_parallel=sp))
+    policy = callback._target(trainer, module)
+    assert isinstance(policy, FixedBits) and sp.policy is policy and policy.base_bits == 2
+    callback._apply(policy, 8)
+    assert sp.policy.base_bits == 8
+    configured = RandomBits()
+    sp.set_policy(configured)  # a configured policy is driven as it is
+    assert callback._target(trainer, module) is configured
+
+
+class ScriptedSequenceModule(ScriptedModule):
+    """The scripted module, whose step sends a tiny token shard through ``to_heads``.
+
+    8 tokens, 2 heads of 4 channels on 2 ranks: each rank sends its 4 tokens' 4 values of
+    the other rank's head, 16 codes, i.e. ``2 b`` code bytes at ``b`` bits; ``seen``
+    records the width the exchange actually used, read from its byte counter.
+    """
+
+    TOKENS, HEADS, DIM = 8, 2, 4
+
+    def __init__(self, clock: Clock, **kwargs: Any) -> None:
+        super().__init__(clock, **kwargs)
+        self.proj = torch.nn.Linear(1, self.HEADS * self.DIM)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        epoch, rank = self.current_epoch, self.global_rank
+        losses = self.rank1_losses if rank == 1 and self.rank1_losses else self.losses
+        times = self.rank1_times if rank == 1 and self.rank1_times else self.times
+        self.clock.now += times[epoch]
+        sp = self.parallel_context.sequence_parallel
+        local = self.TOKENS // 2
+        before = sp.stats.total("train", direction="forward", kind="data")
+        x = self.proj(torch.arange(local, dtype=torch.float32).view(local, 1))
+        y = sp.to_heads(x.view(local, self.HEADS, self.DIM), self.TOKENS, layer="probe")
+        code_bytes = sp.stats.total("train", direction="forward", kind="data") - before
+        self.seen.append((epoch, code_bytes * 8 // (local * self.DIM), type(sp.policy).__name__))
+        self.log("train_loss", losses[epoch], on_step=False, on_epoch=True, batch_size=1)
+        return (y.sum() + self.layer(batch[0]).sum()) * 0.0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_graph_parallel_all_to_alls_follow_the_schedule(tmp_path) -> None:
+    from lightgraph.strategies.graph_parallel import GraphParallelStrategy
+
+    clock = Clock()
+    callbacks = [AdaptiveBitWidth(window=WINDOW, smoothing=SMOOTHING)]
+    attach_clock(callbacks, clock)
+    module = ScriptedSequenceModule(
+        clock,
+        rank1_losses=[loss + RANK1_LOSS_OFFSET for loss in LOSSES],
+        rank1_times=RANK1_TIMES,
+    )
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    trainer = make_trainer(
+        tmp_path,
+        EPOCHS,
+        [*callbacks, DumpHistories(str(out_dir), callbacks)],
+        strategy=GraphParallelStrategy(start_method="fork"),  # FP32 until the callback acts
+        enable_checkpointing=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module)
+    for rank in range(2):
+        with open(out_dir / f"rank{rank}.json") as f:
+            record = json.load(f)
+        assert record["histories"][0] == [list(item) for item in enumerate(EXPECTED_BITS)]
+        # the width on the wire, epoch by epoch, is the callback's decision
+        assert record["seen"] == [[e, b, "FixedBits"] for e, b in enumerate(EXPECTED_BITS)]
