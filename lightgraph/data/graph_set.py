@@ -320,7 +320,12 @@ class _GraphItem:
         keep = data.edge_index[0] != data.edge_index[1]
         key = torch.unique(data.edge_index[1, keep] * n + data.edge_index[0, keep])
         edges = torch.stack([key % n, key // n])
-        self.pattern, self.bucket, self.num_tokens = token_pattern(edges, n, global_token)
+        # No token path: a batch's pattern is block-diagonal over its graphs, so C2 and C3
+        # fail for every batch of more than one graph whatever each graph holds (a path
+        # across graphs would attend across them); "dual" runs dense on such batches.
+        self.pattern, self.bucket, self.num_tokens = token_pattern(
+            edges, n, global_token, token_path=False
+        )
         dense = torch.full((n + g, n + g), GLOBAL_BUCKET, dtype=torch.long)
         dense[g:, g:] = distance_buckets(edges, n, max_distance)
         if g:

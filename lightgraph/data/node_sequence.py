@@ -38,7 +38,13 @@ from lightgraph.functional.graph_encoding import (
     laplacian_pe,
     num_buckets,
 )
-from lightgraph.utilities.checks import check_choice, check_int, check_optional_int, check_type
+from lightgraph.utilities.checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_optional_int,
+    check_type,
+)
 
 __all__ = [
     "EDGE_BUCKET",
@@ -87,10 +93,13 @@ class NodeSequenceDataModule(CachedDataModule):
     one :class:`~lightgraph.data.token_batch.TokenBatch` per sequence: features, labels,
     masks, in/out-degrees within the sequence, and the full
     :class:`~lightgraph.functional.attention.AttentionGraph` -- edges of the induced
-    subgraph, self-loops and, with ``global_token``, edges between token 0 and every node in
-    both directions. Bias buckets follow :mod:`lightgraph.functional.graph_encoding`
-    (``far_bucket = 3``); ``dense_bucket`` holds shortest-path buckets when the sequence
-    has at most ``dense_limit`` tokens.
+    subgraph, self-loops, with ``global_token`` edges between token 0 and every node in
+    both directions, and with ``token_path`` the token-order path: the pairs ``(i, i + 1)``
+    and ``(i + 1, i)`` of consecutive tokens that are not yet entries (at most
+    ``2 (S - 1)``, bucket ``FAR_BUCKET``), so every sequence has a Hamiltonian path
+    (condition C2 of ``kind="dual"``) by construction. Bias buckets follow
+    :mod:`lightgraph.functional.graph_encoding` (``far_bucket = 3``); ``dense_bucket``
+    holds shortest-path buckets when the sequence has at most ``dense_limit`` tokens.
 
     ``setup`` loads the sequences and keeps the token shard :attr:`token_shard` names
     (:func:`~lightgraph.functional.sequence_parallel.shard_range`: features, labels, masks,
@@ -105,7 +114,8 @@ class NodeSequenceDataModule(CachedDataModule):
     The cache (see :class:`~lightgraph.data.CachedDataModule`) is
     ``<cache_dir>/<DatasetClass>-seq<sequence_length>-<digest>`` with ``seq<s>.pt`` per
     sequence and a ``meta.json`` (token and pattern counts, build times and the manifest
-    of the files); its digest covers every argument but ``cache_dir``, ``pe_dim`` included.
+    of the files); its digest covers every argument but ``cache_dir``, ``pe_dim`` and
+    ``token_path`` included.
 
     Laplacian positional encodings (``lap_pe``, ``pe_dim`` columns) are added when
     ``pe_dim > 0``; a model that reads them (e.g. ``GT``) needs the
@@ -125,6 +135,10 @@ class NodeSequenceDataModule(CachedDataModule):
         pe_dim: Laplacian eigenvectors per token (``lap_pe``); 0: none.
         cache_dir: where sequences are cached, keyed by the configuration.
         seed: seed of METIS and of the eigenvector signs.
+        token_path: add the token-order path to every pattern (see above; part of the
+            cache key). ``False`` gives the plain topology-induced pattern, on which C2 is
+            rarely certified for sequences longer than 16 tokens, so ``kind="dual"`` then
+            runs dense attention on most steps.
 
     Attributes:
         token_shard: the :class:`~lightgraph.data.token_batch.TokenShard` ``setup`` keeps.
@@ -143,6 +157,7 @@ class NodeSequenceDataModule(CachedDataModule):
         pe_dim: int = 0,
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
+        token_path: bool = True,
     ) -> None:
         super().__init__(cache_dir)
         owner = "NodeSequenceDataModule"
@@ -173,6 +188,7 @@ class NodeSequenceDataModule(CachedDataModule):
         self.dense_limit = dense_limit
         self.pe_dim = pe_dim
         self.seed = seed
+        self.token_path = check_bool(owner, "token_path", token_path)
         self.token_shard = TokenShard()
         self.sequences: list[TokenBatch] | None = None
         self.build_seconds: dict[str, float] = {}
@@ -220,6 +236,7 @@ class NodeSequenceDataModule(CachedDataModule):
             "dense_limit": self.dense_limit,
             "pe_dim": pe_dim,
             "seed": self.seed,
+            "token_path": self.token_path,
         }
 
     def cache_name(self) -> str:
@@ -274,6 +291,7 @@ class NodeSequenceDataModule(CachedDataModule):
                     pe_dim=pe_dim,
                     seed=self.seed,
                     index=s,
+                    token_path=self.token_path,
                 )
             )
         seconds["sequences"] = time.perf_counter() - clock

@@ -8,8 +8,9 @@ reordered with METIS so that every cluster occupies a contiguous range of ids
 optional global token first, then the nodes), their features, labels and masks, the
 in/out-degree of every node inside the sequence (Graphormer's centrality encoding) and the
 :class:`~lightgraph.functional.attention.AttentionGraph` of the *whole* sequence -- the
-induced subgraph, self-loops and global-token edges (:func:`token_pattern`), with a bias
-bucket for every entry (the layout of :mod:`lightgraph.functional.graph_encoding`).
+induced subgraph, self-loops, global-token edges and the token-order path
+(:func:`token_pattern`), with a bias bucket for every entry (the layout of
+:mod:`lightgraph.functional.graph_encoding`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from torch import Tensor
 from lightgraph.data.graph_dataset import MASK_NAMES
 from lightgraph.data.partitioner import partition_graph
 from lightgraph.data.token_batch import TokenBatch
-from lightgraph.functional.attention import AttentionGraph
+from lightgraph.functional.attention import AttentionGraph, add_token_path
 from lightgraph.functional.graph_encoding import (
     EDGE_BUCKET,
     FAR_BUCKET,
@@ -37,16 +38,28 @@ from lightgraph.functional.graph_encoding import (
 __all__ = ["build_sequence", "metis_order", "split_sequences", "token_pattern"]
 
 
-def token_pattern(edges: Tensor, num_nodes: int, global_token: bool) -> tuple[Tensor, Tensor, int]:
-    """Graph edges + self-loops + global edges, sorted by query then key, with buckets.
+def token_pattern(
+    edges: Tensor, num_nodes: int, global_token: bool, token_path: bool = True
+) -> tuple[Tensor, Tensor, int]:
+    """Graph edges + self-loops + global edges (+ the token path), sorted by query then key,
+    with buckets.
 
     ``edges`` must be sorted by target then source, without duplicates or self-loops; the
     other entries are merged in by computing every entry's position (no sort).
+
+    With ``token_path`` the pairs ``(i, i + 1)`` and ``(i + 1, i)`` of consecutive tokens
+    that are not yet entries are added (:func:`~lightgraph.functional.attention.add_token_path`,
+    at most ``2 (S - 1)`` entries), so the pattern holds a Hamiltonian path and condition
+    C2 holds by construction. They get ``FAR_BUCKET`` (3), the bucket of attended pairs
+    that are not graph edges (shared with the pairs a cluster-sparse transfer adds); in
+    ``dense_bucket`` the same pairs keep their shortest-path bucket. With a global token
+    its pair with token 1 is already an entry.
 
     Args:
         edges: ``[2, E]`` edges among the nodes (local ids).
         num_nodes: nodes of the graph.
         global_token: prepend a global token (token 0) linked to every node both ways.
+        token_path: add the token-order path (condition C2 by construction).
 
     Returns:
         ``(edge_index [2, E'], bucket [E'], num_tokens)`` of the pattern.
@@ -82,7 +95,11 @@ def token_pattern(edges: Tensor, num_nodes: int, global_token: bool) -> tuple[Te
         key[pos], query[pos], bucket[pos] = 0, nodes, GLOBAL_BUCKET
         pos = nodes  # the global token's row: keys 1 .. S-1 after its self-loop
         key[pos], query[pos], bucket[pos] = nodes, 0, GLOBAL_BUCKET
-    return torch.stack([key, query]), bucket, S
+    pattern = torch.stack([key, query])
+    if token_path:
+        pattern, path_bucket = add_token_path(pattern, S, bucket, FAR_BUCKET)
+        bucket = bucket if path_bucket is None else path_bucket
+    return pattern, bucket, S
 
 
 def build_sequence(
@@ -99,6 +116,7 @@ def build_sequence(
     pe_dim: int = 0,
     seed: int = 0,
     index: int = 0,
+    token_path: bool = True,
 ) -> TokenBatch:
     """The :class:`~lightgraph.data.token_batch.TokenBatch` of one node sequence (an
     induced subgraph).
@@ -119,6 +137,9 @@ def build_sequence(
         pe_dim: Laplacian eigenvectors to add as ``lap_pe`` (0: none).
         seed: seed of the eigenvector signs.
         index: position of the sequence.
+        token_path: add the token-order path ``i <-> i + 1`` to the pattern where it
+            lacks it (bucket ``FAR_BUCKET``; see :func:`token_pattern`), so condition C2
+            holds by construction.
     """
     n = x.size(0)
     g = int(global_token)
@@ -127,7 +148,7 @@ def build_sequence(
     if key.numel() > 1 and not bool((key[1:] > key[:-1]).all()):
         key = torch.unique(key)  # sorted by target, then source; duplicates dropped
     edges = torch.stack([key % n, key // n])
-    pattern, bucket, S = token_pattern(edges, n, global_token)
+    pattern, bucket, S = token_pattern(edges, n, global_token, token_path)
     dense = None
     if S <= dense_limit:
         dense = torch.full((S, S), GLOBAL_BUCKET, dtype=torch.long)

@@ -54,7 +54,12 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
     for regression; node sequences evaluate validation and test tokens in one pass),
     ``train_step_time`` (seconds per training step, slowest rank), ``attention_dense``
     (every step: 1 if any attention layer ran dense attention, as ``"dual"`` does
-    periodically) and ``attention_threshold`` (the cluster-sparse transfer threshold).
+    periodically and whenever the pattern fails C1-C3), ``attention_dense_fraction``
+    (every epoch: the share of the epoch's training steps that ran dense attention in any
+    layer, i.e. the epoch mean of ``attention_dense``, averaged over the ranks; about
+    ``1 / dense_every`` for ``"dual"`` on patterns that meet C1-C3, 1 for the dense kinds,
+    0 for the sparse ones) and ``attention_threshold`` (the cluster-sparse transfer
+    threshold).
 
     Args:
         model: a graph transformer ``model(batch, stage) -> outputs`` whose ``task``
@@ -244,6 +249,15 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
             return
         dense = float(any(a.last_dense for a in layers))
         self.log("attention_dense", dense, on_step=True, on_epoch=False, batch_size=1)
+        self.log(
+            "attention_dense_fraction",
+            dense,
+            reduce_fx="mean",
+            sync_dist=True,
+            on_step=False,
+            on_epoch=True,
+            batch_size=1,
+        )
         self.log(
             "attention_threshold",
             float(layers[0].threshold),

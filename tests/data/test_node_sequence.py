@@ -65,7 +65,7 @@ def test_sequences_cover_every_node_once(full) -> None:
     assert torch.equal(item.y[1:], data.y[item.node_ids[1:]])
 
 
-def test_pattern_is_the_induced_subgraph_plus_self_loops_and_global_edges(full) -> None:
+def test_pattern_is_the_induced_subgraph_plus_self_loops_global_edges_and_path(full) -> None:
     data = _dataset().load()
     edges = {tuple(e) for e in data.edge_index.t().tolist() if e[0] != e[1]}
     for item in full.sequences:
@@ -85,6 +85,9 @@ def test_pattern_is_the_induced_subgraph_plus_self_loops_and_global_edges(full) 
             expected[(t, t)] = SELF_BUCKET
         for t in range(1, S):
             expected[(0, t)] = expected[(t, 0)] = GLOBAL_BUCKET
+        for t in range(S - 1):  # the token path, where the graph lacks the pair
+            expected.setdefault((t, t + 1), FAR_BUCKET)
+            expected.setdefault((t + 1, t), FAR_BUCKET)
         pairs = zip(src.tolist(), dst.tolist(), strict=True)
         got = dict(zip(pairs, graph.edge_bucket.tolist(), strict=True))
         assert got == expected
@@ -94,6 +97,10 @@ def test_pattern_is_the_induced_subgraph_plus_self_loops_and_global_edges(full) 
         assert torch.equal(item.in_degree[1:], torch.bincount(local[1] - 1, minlength=S - 1))
         assert torch.equal(item.out_degree[1:], torch.bincount(local[0] - 1, minlength=S - 1))
         assert item.in_degree[0] == item.out_degree[0] == 0
+        # The default sequences meet C1-C3 (C2 by the token path, C3 by the global token).
+        graph.num_layers = 2
+        graph.cache.pop("conditions", None)
+        assert graph.conditions() == {"c1": True, "c2": True, "c3": True}
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -292,3 +299,26 @@ def test_another_pe_dim_uses_another_cache_directory(tmp_path) -> None:
     )
     assert all(item.lap_pe is None for item in none.sequences)
     assert all(item.lap_pe.shape == (item.num_tokens, 2) for item in two.sequences)
+
+
+def test_token_path_is_an_option_and_part_of_the_cache_key(tmp_path) -> None:
+    with_path = NodeSequenceDataModule(_dataset(), sequence_length=LENGTH, cache_dir=str(tmp_path))
+    without = NodeSequenceDataModule(
+        _dataset(), sequence_length=LENGTH, cache_dir=str(tmp_path), token_path=False
+    )
+    assert with_path.token_path and not without.token_path
+    assert with_path.fingerprint()["token_path"] is True
+    assert with_path.cache_path() != without.cache_path()
+    with_path.setup()
+    without.setup()  # its own cache: the one with the path is not picked up
+    assert len(os.listdir(tmp_path)) == 2
+    for a, b in zip(with_path.sequences, without.sequences, strict=True):
+        S = a.num_tokens
+        key_a = a.graph.edge_index[1] * S + a.graph.edge_index[0]
+        key_b = b.graph.edge_index[1] * S + b.graph.edge_index[0]
+        assert bool(torch.isin(key_b, key_a).all())  # the path only adds entries
+        added = a.graph.edge_bucket[~torch.isin(key_a, key_b)]
+        assert 0 < added.numel() <= 2 * (S - 1) and bool((added == FAR_BUCKET).all())
+        assert a.graph.conditions()["c2"]
+    with pytest.raises(ValueError, match="`token_path` to be one of \\(True, False\\) but got 1"):
+        NodeSequenceDataModule(_dataset(), sequence_length=LENGTH, token_path=1)

@@ -1,4 +1,4 @@
-"""Sequence builders: METIS order, the dense buckets of a built sequence."""
+"""Sequence builders: METIS order, the dense buckets of a built sequence, the token path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from lightgraph.data.partitioner import partition_graph
 from lightgraph.data.sequences import build_sequence, metis_order, split_sequences
 from lightgraph.data.synthetic_graph import SyntheticGraph
-from lightgraph.functional.graph_encoding import GLOBAL_BUCKET, SELF_BUCKET
+from lightgraph.functional.graph_encoding import FAR_BUCKET, GLOBAL_BUCKET, SELF_BUCKET
 from tests.functional.test_graph_encoding import bfs_buckets, clipped_graph
 
 NUM_NODES = 150
@@ -53,7 +53,48 @@ def test_dense_buckets_equal_brute_force_bfs(directed: bool) -> None:
     assert torch.equal(dense[1:, 1:], expected)
     assert dense[0, 0] == SELF_BUCKET
     assert bool((dense[0, 1:] == GLOBAL_BUCKET).all() and (dense[1:, 0] == GLOBAL_BUCKET).all())
-    # On pattern entries the dense and the sparse buckets agree.
+    # On pattern entries the dense and the sparse buckets agree, but for the token path's
+    # added pairs: FAR_BUCKET in the pattern, their shortest-path bucket in dense_bucket.
     src, dst = item.graph.edge_index
-    assert torch.equal(dense[dst, src], item.graph.edge_bucket)
+    plain = build_sequence(
+        torch.zeros(n, 2), edge_index, max_distance=4, dense_limit=64, token_path=False
+    )
+    S = item.num_tokens
+    key, plain_key = dst * S + src, plain.graph.edge_index[1] * S + plain.graph.edge_index[0]
+    added = ~torch.isin(key, plain_key)
+    assert added.any() and bool((item.graph.edge_bucket[added] == FAR_BUCKET).all())
+    assert torch.equal(dense[dst, src][~added], item.graph.edge_bucket[~added])
+    assert torch.equal(plain.graph.dense_bucket, dense)
     assert build_sequence(torch.zeros(n, 2), edge_index, dense_limit=n).graph.dense_bucket is None
+
+
+@pytest.mark.parametrize("global_token", [True, False])
+def test_token_pattern_adds_the_token_path(global_token: bool) -> None:
+    n = 9
+    gen = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, n, (2, 12), generator=gen)
+    edge_index = torch.cat([edge_index, torch.tensor([[2, 5], [3, 4]])], dim=1)  # path pairs
+    plain = build_sequence(
+        torch.zeros(n, 1), edge_index, global_token=global_token, token_path=False
+    )
+    item = build_sequence(torch.zeros(n, 1), edge_index, global_token=global_token)
+    S = item.num_tokens
+    before = {tuple(p) for p in plain.graph.edge_index.t().tolist()}
+    after = dict(
+        zip(
+            map(tuple, item.graph.edge_index.t().tolist()),
+            item.graph.edge_bucket.tolist(),
+            strict=True,
+        )
+    )
+    path = {(t, t + 1) for t in range(S - 1)} | {(t + 1, t) for t in range(S - 1)}
+    assert set(after) == before | path and len(after) == item.graph.edge_index.shape[1]
+    assert {after[p] for p in path - before} == {FAR_BUCKET}
+    g = int(global_token)
+    assert ((g + 2, g + 3) in before) and ((g + 5, g + 4) in before)  # kept with their bucket
+    key = item.graph.edge_index[1] * S + item.graph.edge_index[0]
+    assert bool((key[1:] > key[:-1]).all())  # still sorted by query then key, no duplicates
+    # Degrees count graph edges only.
+    assert torch.equal(item.in_degree, plain.in_degree)
+    assert torch.equal(item.out_degree, plain.out_degree)
+    assert item.graph.conditions()["c2"]

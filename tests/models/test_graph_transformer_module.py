@@ -7,6 +7,8 @@ from types import SimpleNamespace
 import lightning.pytorch as pl
 import pytest
 import torch
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities import rank_zero_only
 
 from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
 from lightgraph.data.node_sequence import NodeSequenceDataModule
@@ -68,6 +70,60 @@ def test_fit_node_sequences_single_process(tmp_path) -> None:
     for key in ("val_acc", "test_acc", "val_loss", "train_step_time", "attention_threshold"):
         assert key in metrics, key
     assert float(metrics["attention_dense"]) == 0.0  # sparse kind
+    assert float(metrics["attention_dense_fraction"]) == 0.0
+
+
+@pytest.mark.timeout(60)
+def test_dual_logs_its_dense_steps_per_step_and_per_epoch(tmp_path) -> None:
+    """Two sequences per epoch and a dense step every 3: steps 0 and 3 of 0..5 are dense,
+    so the epochs run 1/2, 1/2 and 0 of their steps dense (the sequences meet C1-C3)."""
+
+    class Recorder(Logger):
+        """Keeps every logged metric of every step."""
+
+        name, version = "recorder", 0
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[dict[str, float]] = []
+
+        @rank_zero_only
+        def log_metrics(self, metrics, step=None) -> None:
+            self.rows.append(dict(metrics))
+
+        def log_hyperparams(self, params, *args, **kwargs) -> None:
+            pass
+
+    torch.manual_seed(0)
+    model = Graphormer(
+        FEATURES, CLASSES, hidden_channels=8, heads=2, num_layers=2, kind="dual", dense_every=3
+    )
+    module = GraphTransformerModule(model, num_classes=CLASSES, lr=1e-2)
+    history, recorder = History(), Recorder()
+    data = _sequences(tmp_path)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=3,
+        logger=recorder,
+        log_every_n_steps=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        callbacks=[history],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, data)
+    assert all(all(item.graph.conditions().values()) for item in data.sequences)
+    per_step = [row["attention_dense"] for row in recorder.rows if "attention_dense" in row]
+    assert per_step == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    per_epoch = [
+        row["attention_dense_fraction"]
+        for row in recorder.rows
+        if "attention_dense_fraction" in row
+    ]
+    assert per_epoch == [0.5, 0.5, 0.0]
+    assert [e["attention_dense_fraction"] for e in history.epochs] == [0.5, 0.5, 0.0]
 
 
 @pytest.mark.timeout(60)
@@ -100,6 +156,7 @@ def test_graph_regression_logs_mae(tmp_path) -> None:
     trainer.fit(module, data)
     assert "val_mae" in trainer.callback_metrics
     assert float(trainer.callback_metrics["attention_dense"]) == 1.0
+    assert float(trainer.callback_metrics["attention_dense_fraction"]) == 1.0
 
 
 def test_configure_model_checks_heads_against_the_graph_parallel_ranks() -> None:

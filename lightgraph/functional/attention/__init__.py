@@ -4,14 +4,18 @@ conditions C1-C3 and the dispatcher :func:`attend`.
 ===========================  ==========================================================
 module                        contents
 ===========================  ==========================================================
-``pattern``                   :class:`AttentionGraph`, :class:`SortedPattern`
+``pattern``                   :class:`AttentionGraph`, :class:`SortedPattern`,
+                              :func:`add_token_path`, :func:`sort_by_query`
 ``dense``                     :func:`dense_attention` (SDPA, "GP-Flash")
 ``raw``                       :func:`raw_attention` (materialised scores, "GP-Raw")
 ``sparse``                    :func:`sparse_attention` (topology-induced, CSR products)
 ``cluster_sparse``            :class:`ClusterSparseLayout`, :func:`cluster_sparse_attention`,
-                              :func:`default_num_clusters`
-``conditions``                :func:`check_conditions`, :func:`dual_uses_dense`
-``dispatch``                  :data:`KINDS`, :func:`attend`
+                              :func:`default_num_clusters`, :data:`AUTO_MIN_TILE_FILL`
+``conditions``                :func:`check_conditions`, :func:`dual_uses_dense`,
+                              :data:`DEFAULT_DENSE_EVERY`,
+                              :data:`EXACT_HAMILTONIAN_MAX_TOKENS`
+``dispatch``                  :data:`KINDS`, :data:`DENSE_KINDS`, :data:`SPARSE_KINDS`,
+                              :func:`attend`, :func:`resolve_kind`
 ===========================  ==========================================================
 """
 
@@ -24,10 +28,26 @@ from lightgraph.functional.attention.cluster_sparse import (
     cluster_sparse_attention,
     default_num_clusters,
 )
-from lightgraph.functional.attention.conditions import check_conditions, dual_uses_dense
+from lightgraph.functional.attention.conditions import (
+    DEFAULT_DENSE_EVERY,
+    EXACT_HAMILTONIAN_MAX_TOKENS,
+    check_conditions,
+    dual_uses_dense,
+)
 from lightgraph.functional.attention.dense import dense_attention
-from lightgraph.functional.attention.dispatch import KINDS, attend
-from lightgraph.functional.attention.pattern import AttentionGraph, SortedPattern, sort_by_query
+from lightgraph.functional.attention.dispatch import (
+    DENSE_KINDS,
+    KINDS,
+    SPARSE_KINDS,
+    attend,
+    resolve_kind,
+)
+from lightgraph.functional.attention.pattern import (
+    AttentionGraph,
+    SortedPattern,
+    add_token_path,
+    sort_by_query,
+)
 from lightgraph.functional.attention.raw import raw_attention
 from lightgraph.functional.attention.sparse import sparse_attention
 
@@ -35,11 +55,16 @@ __all__ = [
     "AUTO_MIN_TILE_FILL",
     "CHUNK_ELEMENTS",
     "CLUSTER_CACHE_DIVISOR",
+    "DEFAULT_DENSE_EVERY",
+    "DENSE_KINDS",
+    "EXACT_HAMILTONIAN_MAX_TOKENS",
     "KINDS",
     "NOMINAL_CACHE_BYTES",
+    "SPARSE_KINDS",
     "AttentionGraph",
     "ClusterSparseLayout",
     "SortedPattern",
+    "add_token_path",
     "attend",
     "check_conditions",
     "cluster_sparse_attention",
@@ -47,6 +72,7 @@ __all__ = [
     "dense_attention",
     "dual_uses_dense",
     "raw_attention",
+    "resolve_kind",
     "sort_by_query",
     "sparse_attention",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import TYPE_CHECKING
 
@@ -13,23 +14,82 @@ from lightgraph.utilities.checks import check_graph_edge_index
 if TYPE_CHECKING:
     from lightgraph.functional.attention.pattern import AttentionGraph
 
-__all__ = ["check_conditions", "dual_uses_dense"]
+__all__ = [
+    "DEFAULT_DENSE_EVERY",
+    "EXACT_HAMILTONIAN_MAX_TOKENS",
+    "check_conditions",
+    "dual_uses_dense",
+]
 
 
-def _hamiltonian_certificate(src: Tensor, dst: Tensor, n: int) -> bool:
-    """Whether the undirected simple graph of the pattern provably has a Hamiltonian path."""
-    if n <= 1:
-        return True
+#: Largest sequence for which C2 is decided exactly (a bitmask search over all token
+#: subsets, :math:`O(2^S S)`) when neither the token order nor Dirac's theorem certifies
+#: a Hamiltonian path. 16 tokens take a few milliseconds.
+EXACT_HAMILTONIAN_MAX_TOKENS: int = 16
+
+#: Default period of ``"dual"``'s dense interleave (see :func:`dual_uses_dense`).
+DEFAULT_DENSE_EVERY: int = 11
+
+
+def _simple_pairs(src: Tensor, dst: Tensor, n: int) -> Tensor:
+    """``lo * n + hi`` of every undirected pair ``lo < hi`` of the pattern (sorted, unique)."""
     off = src != dst
     lo, hi = torch.minimum(src[off], dst[off]), torch.maximum(src[off], dst[off])
-    pairs = torch.unique(lo * n + hi)
+    return torch.unique(lo * n + hi)
+
+
+@functools.lru_cache(maxsize=4)
+def _subsets_by_size(n: int) -> tuple[Tensor, list[Tensor]]:
+    """The token bits ``[n]`` and, per size ``k = 0 .. n``, the subsets of ``n`` tokens of
+    that size (as bitmasks)."""
+    bits = torch.ones(n, dtype=torch.long) << torch.arange(n)
+    masks = torch.arange(1 << n, dtype=torch.long)
+    size = ((masks[:, None] & bits) != 0).sum(1)
+    order = torch.argsort(size, stable=True)
+    counts = torch.bincount(size, minlength=n + 1).tolist()
+    return bits, list(masks[order].split(counts))
+
+
+def _has_hamiltonian_path_exact(pairs: Tensor, n: int) -> bool:
+    """Whether the undirected simple graph of ``pairs`` has a Hamiltonian path (exact).
+
+    Held-Karp over subsets, vectorised per subset size: ``ends[m]`` is the bitmask of the
+    tokens at which a path visiting exactly the tokens of ``m`` can end.
+    """
+    pairs = pairs.cpu()
+    adjacency = [0] * n
+    for a, b in zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True):
+        adjacency[a] |= 1 << b
+        adjacency[b] |= 1 << a
+    adj = torch.tensor(adjacency, dtype=torch.long)
+    bits, by_size = _subsets_by_size(n)
+    ends = torch.zeros(1 << n, dtype=torch.long)
+    ends[bits] = bits  # a single token is a path ending at itself
+    for m in by_size[2:]:
+        inside = (m[:, None] & bits) != 0  # [M, n]: token v in m
+        before = ends[m[:, None] ^ bits]  # paths over m without v ...
+        extend = inside & ((before & adj) != 0)  # ... that end next to v
+        ends[m] = (extend.long() * bits).sum(1)
+    return bool(ends[-1] != 0)
+
+
+def _hamiltonian_path(src: Tensor, dst: Tensor, n: int) -> bool:
+    """Condition C2 on the undirected simple graph of the pattern (see :func:`check_conditions`)."""
+    if n <= 1:
+        return True
+    pairs = _simple_pairs(src, dst, n)
     chain = torch.arange(n - 1, device=src.device)
     if bool(torch.isin(chain * n + chain + 1, pairs).all()):
         return True  # the token order 0, 1, ..., n-1 is itself a Hamiltonian path
-    if n < 3:
-        return False
-    degree = torch.bincount(pairs // n, minlength=n) + torch.bincount(pairs % n, minlength=n)
-    return bool(2 * degree.min() >= n)  # Dirac: a Hamiltonian cycle, hence a path
+    if pairs.numel() < n - 1:
+        return False  # too few pairs to connect n tokens
+    if n >= 3:
+        degree = torch.bincount(pairs // n, minlength=n) + torch.bincount(pairs % n, minlength=n)
+        if bool(2 * degree.min() >= n):
+            return True  # Dirac: a Hamiltonian cycle, hence a path
+    if n <= EXACT_HAMILTONIAN_MAX_TOKENS:
+        return _has_hamiltonian_path_exact(pairs, n)
+    return False  # cannot certify
 
 
 def _csr_adjacency(rows: Tensor, cols: Tensor, n: int) -> Tensor:
@@ -55,10 +115,30 @@ def _hops_to_cover(adjacency: Tensor, start: Tensor, max_hops: int) -> int | Non
     return None
 
 
+# Up to this many tokens C3 is decided on a dense boolean reachability matrix (faster
+# than sparse BFS steps for small sequences; the same answer).
+_DENSE_REACH_MAX_TOKENS = 128
+
+
+def _within_hops_dense(src: Tensor, dst: Tensor, n: int, num_layers: int) -> bool:
+    """:func:`_within_hops` on a dense ``[n, n]`` matrix: ``R <- R | A R`` from ``R = I``."""
+    adjacency = torch.zeros(n, n, device=src.device)
+    adjacency[dst, src] = 1.0  # row: query, column: key
+    reached = torch.eye(n, device=src.device)
+    for _ in range(num_layers):
+        grown = ((reached + adjacency @ reached) > 0).float()
+        if bool((grown == reached).all()):
+            break  # nothing new: later hops add nothing either
+        reached = grown
+    return bool((reached > 0).all())
+
+
 def _within_hops(src: Tensor, dst: Tensor, n: int, num_layers: int) -> bool:
     """Whether information of every token reaches every other within ``num_layers`` hops."""
     if n <= 1:
         return True
+    if n <= _DENSE_REACH_MAX_TOKENS:
+        return _within_hops_dense(src, dst, n, num_layers)
     forward = _csr_adjacency(dst, src, n)  # (A x)_i gathers from the keys of query i
     backward = _csr_adjacency(src, dst, n)
     off = src != dst
@@ -89,11 +169,16 @@ def check_conditions(edge_index: Tensor, num_tokens: int, num_layers: int) -> di
     """TorchGT's conditions for the topology-induced pattern (Thesis ch. 4, §4.3.2).
 
     * ``c1``: every token has a self-loop entry.
-    * ``c2``: the pattern has a Hamiltonian path -- *certified* by a sufficient test on the
-      undirected simple graph (directions, self-loops and duplicates dropped): either the
-      token order ``0, 1, ..., S-1`` is a path of the graph, or Dirac's theorem applies
-      (:math:`S \\ge 3` and minimum degree :math:`\\ge S/2`, which gives a Hamiltonian
-      cycle). ``False`` means "cannot certify", not "no such path". ``S <= 1`` passes.
+    * ``c2``: the pattern has a Hamiltonian path, on its undirected simple graph
+      (directions, self-loops and duplicates dropped). ``True`` when the token order
+      ``0, 1, ..., S-1`` is a path of the graph (always the case for patterns built with
+      the token path, :func:`~lightgraph.functional.attention.add_token_path`), or when
+      Dirac's theorem applies (:math:`S \\ge 3` and minimum degree :math:`\\ge S/2`,
+      which gives a Hamiltonian cycle). Otherwise, for
+      :math:`S \\le` :data:`EXACT_HAMILTONIAN_MAX_TOKENS` (16), an exact search over all
+      token subsets decides, so ``False`` means "no Hamiltonian path"; for longer
+      sequences ``False`` means "cannot certify" (there may be a path the two sufficient
+      tests miss). ``S <= 1`` passes.
     * ``c3``: information of every token reaches every other token within ``num_layers``
       hops along the entries (key to query; walks of at most ``num_layers`` edges). Sparse
       BFS steps with early exit: the highest-degree token must reach and be reached by all
@@ -121,7 +206,7 @@ def check_conditions(edge_index: Tensor, num_tokens: int, num_layers: int) -> di
     has_loop[src[src == dst]] = True
     return {
         "c1": bool(has_loop.all()),
-        "c2": _hamiltonian_certificate(src, dst, num_tokens),
+        "c2": _hamiltonian_path(src, dst, num_tokens),
         "c3": _within_hops(src, dst, num_tokens, num_layers),
     }
 
@@ -131,6 +216,16 @@ def dual_uses_dense(graph: AttentionGraph, step: int, dense_every: int) -> bool:
 
     Dense when ``dense_every > 0`` and ``step % dense_every == 0`` (the periodic
     fully-connected interleave), and always when ``graph`` fails any of C1-C3.
+
+    The thesis gives no period; the layers default to :data:`DEFAULT_DENSE_EVERY` (11).
+    On a pattern that meets C1-C3 about one training step in ten (1/11) pays dense
+    attention's cost and the others the sparse kind's, while every layer still sees the
+    full pattern regularly. The period counts steps, not sequences: with ``N`` sequences
+    per epoch in a fixed order, the dense steps land only on the sequences whose index is
+    a multiple of ``gcd(dense_every, N)`` (with period 10 and ``N = 4`` only on sequences
+    0 and 2, with ``N = 5`` only on sequence 0). The default is the prime 11 rather than
+    10 so that, unless ``N`` is a multiple of 11, the dense steps cycle through every
+    sequence (for ``N = 5``: sequences 0, 1, 2, 3, 4 at steps 0, 11, 22, 33, 44).
 
     Args:
         graph: the sequence's pattern (its conditions are cached on it).

@@ -50,6 +50,23 @@ def _dense_inputs(
     return bias, mask, empty
 
 
+def _open_dead_rows(scores: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Rows of ``[H, S, S]`` additive scores that are ``-inf`` everywhere (a query whose
+    every key is masked, e.g. by the masked bucket's ``-inf`` bias).
+
+    Returns:
+        ``(scores with those rows set to 0, [H, S] bool dead rows)``; the last is ``None``
+        when there are none. Softmax over a dead row would be ``0 / 0 = NaN`` in the
+        output and, through its backward, in every gradient; opened rows are finite and
+        their outputs are zeroed by the caller, which makes their gradients exactly zero
+        (the other rows are untouched).
+    """
+    dead = torch.isneginf(scores).all(-1)
+    if not bool(dead.any()):
+        return scores, None
+    return scores.masked_fill(dead[..., None], 0.0), dead
+
+
 def dense_attention(
     q: Tensor,
     k: Tensor,
@@ -71,7 +88,8 @@ def dense_attention(
         q, k, v: ``[S, H, D]`` (``v`` may have its own last dimension).
         bias: ``[H, S, S]`` additive float bias.
         mask: ``[S, S]`` bool, ``True`` where query ``i`` may attend to key ``j``. A query
-            that may attend to nothing outputs zeros.
+            that may attend to nothing (by ``mask``, or a head's ``bias`` row that is
+            ``-inf`` at every allowed key) outputs zeros, with zero gradients and no NaN.
         dropout_p: dropout on the attention probabilities (pass 0 in evaluation).
 
     Shapes:
@@ -82,9 +100,11 @@ def dense_attention(
     S, H, _ = check_qkv(owner, q, k, v)
     dropout_p = check_rate(owner, "dropout_p", dropout_p)
     bias, mask, empty = _dense_inputs(owner, S, H, q, bias, mask)
-    attn_mask = mask
+    attn_mask, dead = mask, None
     if bias is not None:
         attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        # Not every SDPA kernel zeroes a fully masked row: open such rows, zero them below.
+        attn_mask, dead = _open_dead_rows(attn_mask)
     # [1, H, S, D]: without the batch dimension PyTorch's CPU dispatch skips the flash kernel.
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1)[None],
@@ -95,4 +115,6 @@ def dense_attention(
     )[0].transpose(0, 1)
     if empty is not None:
         out = out.masked_fill(empty[:, None, None], 0.0)
+    if dead is not None:
+        out = out.masked_fill(dead.t()[:, :, None], 0.0)
     return out

@@ -1,4 +1,4 @@
-"""One entry point for TorchGT's attention kinds: dense, raw, sparse, cluster-sparse, dual."""
+"""One entry point for TorchGT's attention kinds: dense, raw, sparse, cluster-sparse, dual, auto."""
 
 from __future__ import annotations
 
@@ -8,17 +8,75 @@ from lightgraph.functional.attention.cluster_sparse import (
     cluster_sparse_attention,
     default_num_clusters,
 )
-from lightgraph.functional.attention.conditions import dual_uses_dense
+from lightgraph.functional.attention.conditions import DEFAULT_DENSE_EVERY, dual_uses_dense
 from lightgraph.functional.attention.dense import dense_attention
 from lightgraph.functional.attention.pattern import AttentionGraph
 from lightgraph.functional.attention.raw import raw_attention
 from lightgraph.functional.attention.sparse import _sparse_attention
-from lightgraph.utilities.checks import check_bias_table, check_qkv, check_rate
+from lightgraph.utilities.checks import (
+    check_bias_table,
+    check_choice,
+    check_int,
+    check_qkv,
+    check_rate,
+)
 
-__all__ = ["KINDS", "attend"]
+__all__ = ["DENSE_KINDS", "KINDS", "SPARSE_KINDS", "attend", "resolve_kind"]
 
 #: The attention kinds :func:`attend` dispatches to.
-KINDS: tuple[str, ...] = ("dense", "raw", "sparse", "cluster_sparse", "dual")
+KINDS: tuple[str, ...] = ("dense", "raw", "sparse", "cluster_sparse", "dual", "auto")
+
+#: The kinds that attend every pair (the pattern only through ``dense_bucket``).
+DENSE_KINDS: tuple[str, ...] = ("dense", "raw")
+
+#: The topology-induced kinds ``"dual"`` runs between its dense steps (``sparse_kind``).
+SPARSE_KINDS: tuple[str, ...] = ("sparse", "cluster_sparse", "auto")
+
+
+def resolve_kind(
+    graph: AttentionGraph,
+    kind: str,
+    *,
+    step: int = 0,
+    dense_every: int = DEFAULT_DENSE_EVERY,
+    sparse_kind: str = "sparse",
+    num_clusters: int = 1,
+    block_size: int = 16,
+    threshold: float = 0.0,
+) -> str:
+    """The kernel ``kind`` runs on ``graph``: ``"dense"``, ``"raw"``, ``"sparse"`` or
+    ``"cluster_sparse"``.
+
+    * ``"dense"``, ``"raw"``, ``"sparse"``, ``"cluster_sparse"``: themselves;
+    * ``"auto"``: ``graph.auto_kind(num_clusters, block_size, threshold)`` --
+      ``"cluster_sparse"`` when the cluster-sparse layout's
+      :attr:`~lightgraph.functional.attention.ClusterSparseLayout.tile_fill` is at least
+      :data:`~lightgraph.functional.attention.AUTO_MIN_TILE_FILL`, else ``"sparse"``
+      (deterministic, cached on the graph);
+    * ``"dual"``: ``"dense"`` when
+      :func:`~lightgraph.functional.attention.dual_uses_dense` says so (``dense_every >
+      0`` and ``step % dense_every == 0``, or the pattern fails C1-C3), otherwise
+      ``sparse_kind`` resolved as above.
+
+    Args:
+        graph: the sequence's pattern.
+        kind: one of :data:`KINDS`.
+        step: training step, for ``"dual"``.
+        dense_every: period of ``"dual"``'s dense interleave (0: only when a condition
+            fails); pass 0 in evaluation.
+        sparse_kind: what ``"dual"`` runs between dense steps, one of :data:`SPARSE_KINDS`.
+        num_clusters, block_size, threshold: the cluster-sparse layout (``"auto"``).
+    """
+    owner = "resolve_kind"
+    check_choice(owner, "kind", kind, KINDS)
+    check_choice(owner, "sparse_kind", sparse_kind, SPARSE_KINDS)
+    if kind == "dual":
+        if dual_uses_dense(graph, step, dense_every):
+            return "dense"
+        kind = sparse_kind
+    if kind == "auto":
+        return graph.auto_kind(num_clusters, block_size, threshold)
+    return kind
 
 
 def attend(
@@ -31,7 +89,8 @@ def attend(
     *,
     dropout_p: float = 0.0,
     step: int = 0,
-    dense_every: int = 0,
+    dense_every: int = DEFAULT_DENSE_EVERY,
+    sparse_kind: str = "sparse",
     num_clusters: int | None = None,
     block_size: int = 16,
     threshold: float = 0.0,
@@ -46,13 +105,19 @@ def attend(
       ``graph.edge_index``;
     * ``"cluster_sparse"``: :func:`~lightgraph.functional.attention.cluster_sparse_attention`
       over ``graph.cluster_layout(num_clusters, block_size, threshold)``;
-    * ``"dual"``: TorchGT's dual-interleaved attention -- ``"sparse"``, but ``"dense"``
-      when :func:`~lightgraph.functional.attention.dual_uses_dense` says so (every
+    * ``"auto"``: ``"cluster_sparse"`` when that layout's tiles are at least
+      :data:`~lightgraph.functional.attention.AUTO_MIN_TILE_FILL` full, else
+      ``"sparse"`` (:meth:`AttentionGraph.auto_kind`: deterministic, cached on the graph);
+    * ``"dual"``: TorchGT's dual-interleaved attention -- ``sparse_kind`` (``"sparse"``,
+      ``"cluster_sparse"`` or ``"auto"``), but ``"dense"`` when
+      :func:`~lightgraph.functional.attention.dual_uses_dense` says so (every
       ``dense_every`` steps, and always when the pattern fails C1-C3).
 
-    The per-head bias is looked up in ``bias_table`` with ``graph.edge_bucket`` (sparse
-    kinds), the layout's buckets (``far_bucket`` on added pairs) or ``graph.dense_bucket``
-    (dense kinds); where that bucket is ``None`` the kind runs without bias.
+    :func:`resolve_kind` tells which of the four kernels a call runs. The per-head bias
+    is looked up in ``bias_table`` with ``graph.edge_bucket`` (sparse kinds), the
+    layout's buckets (``far_bucket`` on added pairs) or ``graph.dense_bucket`` (dense
+    kinds); where that bucket is ``None`` the kind runs without bias. A query whose
+    every pair is masked (``-inf`` bias) outputs zeros under every kind.
 
     Args:
         q, k, v: ``[S, H, D]`` for the heads this process computes.
@@ -61,20 +126,25 @@ def attend(
         bias_table: ``[num_buckets, H]`` learned bias for these heads.
         dropout_p: attention dropout (pass 0 in evaluation).
         step: training step, for ``"dual"``.
-        dense_every: period of the dense interleave for ``"dual"`` (0: never periodic).
-        num_clusters: clusters ``k`` for ``"cluster_sparse"``; ``None`` uses
-            :func:`~lightgraph.functional.attention.default_num_clusters` of ``H * D``
-            (at most ``S``), which depends on the sizes only, not on the machine.
-        block_size: tile side ``d_b`` for ``"cluster_sparse"``.
-        threshold: transfer threshold for ``"cluster_sparse"``.
+        dense_every: period of the dense interleave for ``"dual"`` (0: never periodic;
+            default :data:`~lightgraph.functional.attention.DEFAULT_DENSE_EVERY`, 11;
+            pass 0 in evaluation).
+        sparse_kind: the kind ``"dual"`` runs between dense steps, one of
+            :data:`SPARSE_KINDS`.
+        num_clusters: clusters ``k`` for ``"cluster_sparse"`` and ``"auto"``; ``None``
+            uses :func:`~lightgraph.functional.attention.default_num_clusters` of
+            ``H * D`` (at most ``S``), which depends on the sizes only, not on the machine.
+        block_size: tile side ``d_b`` for ``"cluster_sparse"`` and ``"auto"``.
+        threshold: transfer threshold for ``"cluster_sparse"`` and ``"auto"``.
 
     Shapes:
         - **input:** q, k ``[S, H, D]``, v ``[S, H, D_v]``
         - **output:** ``[S, H, D_v]``
     """
     owner = "attend"
-    if kind not in KINDS:
-        raise ValueError(f"{owner}: expected `kind` to be one of {KINDS} but got {kind!r}.")
+    check_choice(owner, "kind", kind, KINDS)
+    check_choice(owner, "sparse_kind", sparse_kind, SPARSE_KINDS)
+    check_int(owner, "dense_every", dense_every, 0)
     S, H, D = check_qkv(owner, q, k, v)
     if not isinstance(graph, AttentionGraph):
         raise ValueError(
@@ -100,9 +170,19 @@ def attend(
                     f"{owner}: `graph.{name}` uses bucket {top} but `bias_table` has only "
                     f"{bias_table.shape[0]} rows."
                 )
-    if kind == "dual":
-        kind = "dense" if dual_uses_dense(graph, step, dense_every) else "sparse"
-    if kind in ("dense", "raw"):
+    if num_clusters is None:
+        num_clusters = min(default_num_clusters(H * D), S)
+    kind = resolve_kind(
+        graph,
+        kind,
+        step=step,
+        dense_every=dense_every,
+        sparse_kind=sparse_kind,
+        num_clusters=num_clusters,
+        block_size=block_size,
+        threshold=threshold,
+    )
+    if kind in DENSE_KINDS:
         bias = None
         if bias_table is not None and graph.dense_bucket is not None:
             bias = bias_table[graph.dense_bucket].permute(2, 0, 1)
@@ -115,8 +195,6 @@ def attend(
             bias = bias_table[pattern.edge_bucket]
         dropout_p = check_rate(owner, "dropout_p", dropout_p)
         return _sparse_attention(q, k, v, graph._sparse_structure(H), bias, dropout_p)
-    if num_clusters is None:
-        num_clusters = min(default_num_clusters(H * D), S)
     layout = graph.cluster_layout(num_clusters, block_size, threshold)
     table = bias_table if layout.tile_bucket is not None else None
     return cluster_sparse_attention(q, k, v, layout, table, dropout_p=dropout_p)

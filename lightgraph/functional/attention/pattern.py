@@ -8,14 +8,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from torch import Tensor
 
+import lightgraph.functional.attention.cluster_sparse as _cluster_sparse
 from lightgraph.functional.attention.cluster_sparse import ClusterSparseLayout
 from lightgraph.functional.attention.conditions import check_conditions
-from lightgraph.utilities.checks import check_graph_edge_index, describe
+from lightgraph.functional.graph_encoding import FAR_BUCKET
+from lightgraph.utilities.checks import check_graph_edge_index, check_int, describe
 
 if TYPE_CHECKING:
     from lightgraph.functional.attention.sparse import _SparseStructure
 
-__all__ = ["AttentionGraph", "SortedPattern", "sort_by_query"]
+__all__ = ["AttentionGraph", "SortedPattern", "add_token_path", "sort_by_query"]
 
 
 class SortedPattern(NamedTuple):
@@ -113,7 +115,8 @@ class AttentionGraph:
         return self.edge_index.device
 
     def to(self, device: torch.device | str) -> AttentionGraph:
-        """A copy on ``device`` (the condition results carry over; other cached data is rebuilt)."""
+        """A copy on ``device`` (the condition results and ``"auto"`` decisions carry over;
+        other cached data is rebuilt)."""
 
         def move(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(device)
@@ -126,8 +129,9 @@ class AttentionGraph:
             self.far_bucket,
             self.num_layers,
         )
-        if "conditions" in self.cache:
-            out.cache["conditions"] = self.cache["conditions"]
+        for key, value in self.cache.items():
+            if key == "conditions" or (isinstance(key, tuple) and key[0] == "auto_kind"):
+                out.cache[key] = value
         return out
 
     def sorted_by_query(self) -> SortedPattern:
@@ -171,6 +175,26 @@ class AttentionGraph:
             self.cache["cluster_layout"] = cached
         return cached[1]
 
+    def auto_kind(self, num_clusters: int, block_size: int = 16, threshold: float = 0.0) -> str:
+        """The kind ``kind="auto"`` runs on this pattern: ``"cluster_sparse"`` when the tiles
+        of :meth:`cluster_layout` are filled enough, else ``"sparse"`` (cached).
+
+        ``"cluster_sparse"`` exactly when ``cluster_layout(num_clusters, block_size,
+        threshold).tile_fill >= AUTO_MIN_TILE_FILL`` (the constant of
+        :mod:`lightgraph.functional.attention.cluster_sparse`, read at every call). The
+        decision depends on the pattern and these arguments only (no timing), so it is
+        the same on every run, machine and graph-parallel rank; it is cached per
+        arguments and constant.
+        """
+        min_fill = float(_cluster_sparse.AUTO_MIN_TILE_FILL)
+        key = ("auto_kind", num_clusters, block_size, float(threshold), min_fill)
+        cached = self.cache.get(key)
+        if cached is None:
+            layout = self.cluster_layout(num_clusters, block_size, threshold)
+            cached = "cluster_sparse" if layout.tile_fill >= min_fill else "sparse"
+            self.cache[key] = cached
+        return cached
+
     def _sparse_structure(self, num_heads: int) -> _SparseStructure:
         """The sparse kernel's CSR structure over ``num_heads`` heads (cached per count)."""
         # Imported here: the sparse kernel sorts patterns with this module's sort_by_query.
@@ -207,3 +231,80 @@ def sort_by_query(edge_index: Tensor, num_tokens: int, edge_bucket: Tensor | Non
     counts = torch.bincount(edge_index[1], minlength=num_tokens)
     ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     return SortedPattern(edge_index, edge_bucket, perm, ptr)
+
+
+def add_token_path(
+    edge_index: Tensor,
+    num_tokens: int,
+    edge_bucket: Tensor | None = None,
+    bucket: int = FAR_BUCKET,
+) -> tuple[Tensor, Tensor | None]:
+    """Add the token-order path ``0 - 1 - ... - (S-1)`` to a pattern, both directions.
+
+    For every ``i < S - 1`` the entries ``(key i, query i + 1)`` and ``(key i + 1, query
+    i)`` are added where the pattern lacks them, so the pattern holds a Hamiltonian path
+    (condition C2 of :func:`~lightgraph.functional.attention.check_conditions`, then
+    certified exactly by the token-order test) -- the construction of the universality
+    results for sparse attention the thesis cites. At most ``2 (S - 1)`` entries are
+    added; existing entries (duplicates included) are kept. Added entries get ``bucket``
+    (default ``FAR_BUCKET`` = 3 of :mod:`lightgraph.functional.graph_encoding`, the
+    bucket of attended pairs that are not graph edges, shared with the pairs a
+    cluster-sparse transfer adds).
+
+    Args:
+        edge_index: ``[2, E]`` long, row 0 key (source), row 1 query (target); any order.
+        num_tokens: sequence length ``S``.
+        edge_bucket: ``[E]`` long buckets of the entries, or ``None``.
+        bucket: bucket of the added entries (ignored without ``edge_bucket``).
+
+    Returns:
+        ``(edge_index [2, E + A], edge_bucket [E + A] or None)`` sorted by query, then key
+        (stable for the input's entries), ``A <= 2 (S - 1)`` the added entries.
+
+    Shapes:
+        - **input:** edge_index ``[2, E]``, edge_bucket ``[E]``
+        - **output:** edge_index ``[2, E + A]``, edge_bucket ``[E + A]``
+    """
+    owner = "add_token_path"
+    S = check_int(owner, "num_tokens", num_tokens)
+    check_graph_edge_index(owner, "edge_index", edge_index, S, unit="token", require_long=True)
+    E, device = edge_index.shape[1], edge_index.device
+    if edge_bucket is not None:
+        if (
+            not isinstance(edge_bucket, Tensor)
+            or edge_bucket.shape != (E,)
+            or edge_bucket.dtype != torch.long
+        ):
+            raise ValueError(
+                f"{owner}: expected `edge_bucket` of shape [E={E}] and dtype torch.long but got "
+                f"{describe(edge_bucket)}."
+            )
+        if edge_bucket.device != device:
+            raise ValueError(
+                f"{owner}: expected `edge_bucket` on the device of `edge_index` ({device}) but "
+                f"got {edge_bucket.device}."
+            )
+    bucket = check_int(owner, "bucket", bucket, 0)
+    pattern = sort_by_query(edge_index, S, edge_bucket)
+    edge_index, edge_bucket = pattern.edge_index, pattern.edge_bucket
+    keys = edge_index[1] * S + edge_index[0]  # sorted
+    i = torch.arange(S - 1, device=device)
+    # (key i+1 -> query i) has code i*S + i+1 and (key i -> query i+1) has (i+1)*S + i:
+    # interleaved they are ascending.
+    path = torch.stack([i * S + i + 1, (i + 1) * S + i], dim=1).reshape(-1)
+    new = path[~torch.isin(path, keys)]
+    if new.numel() == 0:
+        return edge_index, edge_bucket
+    A = new.numel()
+    # Merge two sorted lists without a sort: every key's place is its rank in the other.
+    new_pos = torch.searchsorted(keys, new) + torch.arange(A, device=device)
+    old_pos = torch.searchsorted(new, keys) + torch.arange(E, device=device)
+    out = edge_index.new_empty(2, E + A)
+    out[:, old_pos] = edge_index
+    out[0, new_pos], out[1, new_pos] = new % S, new // S
+    out_bucket = None
+    if edge_bucket is not None:
+        out_bucket = edge_bucket.new_empty(E + A)
+        out_bucket[old_pos] = edge_bucket
+        out_bucket[new_pos] = bucket
+    return out, out_bucket

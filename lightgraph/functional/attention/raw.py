@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightgraph.functional.attention.dense import _dense_inputs
+from lightgraph.functional.attention.dense import _dense_inputs, _open_dead_rows
 from lightgraph.utilities.checks import check_qkv, check_rate
 
 __all__ = ["raw_attention"]
@@ -27,7 +27,11 @@ def raw_attention(
     Computes the same function as
     :func:`~lightgraph.functional.attention.dense_attention` with plain tensor ops: scores
     :math:`\\mathbf{Q}\\mathbf{K}^\\top/\\sqrt{D} + \\mathbf{B}`, masked to :math:`-\\infty`,
-    a row softmax, dropout, then the product with :math:`\\mathbf{V}`.
+    a row softmax, dropout, then the product with :math:`\\mathbf{V}`. A (head, query) row
+    whose scores are all :math:`-\\infty` (every key masked, by ``mask`` or by a ``-inf``
+    bias such as the masked bucket's) outputs zeros, like the other kinds: its scores are
+    replaced by zeros before the softmax and its output zeroed after, so neither the
+    output nor any gradient gets a NaN and the other rows' gradients are unchanged.
 
     Args:
         q, k, v: ``[S, H, D]`` (``v`` may have its own last dimension).
@@ -49,10 +53,15 @@ def raw_attention(
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
+    dead = None
+    if bias is not None:
+        scores, dead = _open_dead_rows(scores)
     probs = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
         probs = F.dropout(probs, dropout_p)
     out = torch.einsum("hij,jhd->ihd", probs, v)
     if empty is not None:
         out = out.masked_fill(empty[:, None, None], 0.0)
+    if dead is not None:
+        out = out.masked_fill(dead.t()[:, :, None], 0.0)
     return out

@@ -8,11 +8,14 @@ import torch
 from torch import Tensor, nn
 
 from lightgraph.functional.attention import (
+    DEFAULT_DENSE_EVERY,
+    DENSE_KINDS,
     KINDS,
+    SPARSE_KINDS,
     AttentionGraph,
     attend,
     default_num_clusters,
-    dual_uses_dense,
+    resolve_kind,
 )
 from lightgraph.utilities.checks import (
     check_choice,
@@ -41,23 +44,39 @@ class MultiheadGraphAttention(nn.Module):
     ``num_buckets``: the *masked* bucket that keeps dense kinds inside each graph of a
     batch.
 
-    ``kind`` and ``threshold`` may be changed between steps (e.g. by a threshold tuner).
-    With :attr:`sequence_parallel` set to a
+    ``kind``, ``sparse_kind`` and ``threshold`` may be changed between steps (e.g. by a
+    threshold tuner). With :attr:`sequence_parallel` set to a
     :class:`~lightgraph.distributed.SequenceParallel` of ``P > 1`` ranks and an input that
     holds only this rank's token shard, queries, keys and values go through one
     all-to-all to ``[S, H / P, 3, d]``, attention runs over all tokens with this rank's heads
     (bias columns :meth:`SequenceParallel.head_slice`) and a second all-to-all returns the
-    token shard. ``"dual"`` runs dense attention when
-    :func:`~lightgraph.functional.attention.dual_uses_dense` says so at :attr:`step` (every
-    ``dense_every`` training steps and whenever the pattern fails C1-C3); in evaluation only
-    the conditions count. :attr:`last_dense` tells whether the latest call was dense.
+    token shard.
+
+    ``"dual"`` (TorchGT's dual-interleaved attention) runs ``"dense"`` when
+    :func:`~lightgraph.functional.attention.dual_uses_dense` says so at :attr:`step` --
+    every ``dense_every`` training steps (``step % dense_every == 0``) and whenever the
+    pattern fails C1-C3 -- and ``sparse_kind`` otherwise; in evaluation the period is
+    ignored and only the conditions count. ``"auto"`` (also as ``sparse_kind``) runs
+    ``"cluster_sparse"`` when the layout's tiles are at least
+    :data:`~lightgraph.functional.attention.AUTO_MIN_TILE_FILL` full, else ``"sparse"``
+    (:meth:`~lightgraph.functional.attention.AttentionGraph.auto_kind`). :meth:`resolve_kind`
+    tells the kernel a call will run; :attr:`last_kind` is the kernel the latest call ran
+    (``"dense"``, ``"raw"``, ``"sparse"`` or ``"cluster_sparse"``; ``None`` before the
+    first call) and :attr:`last_dense` whether it was a dense one.
 
     Args:
         channels: input and output channels.
         heads: attention heads (must divide ``channels``).
         kind: one of :data:`~lightgraph.functional.attention.KINDS`.
         dropout: dropout on the attention probabilities.
-        dense_every: dense period of ``"dual"`` (0: only when the conditions fail).
+        dense_every: dense period of ``"dual"`` (0: only when the conditions fail). The
+            thesis gives no number; the default
+            :data:`~lightgraph.functional.attention.DEFAULT_DENSE_EVERY` (11) runs about
+            one training step in ten dense: on patterns that meet C1-C3 the other steps
+            pay the sparse kind's cost, and the full pattern is still seen regularly. 11
+            is prime, so the dense steps cycle through every sequence of an epoch unless
+            their number is a multiple of 11 (see
+            :func:`~lightgraph.functional.attention.dual_uses_dense`).
         num_buckets: learned bias buckets (9 = the data modules' default
             ``max_distance=5`` plus 4).
         block_size: tile side of ``"cluster_sparse"``.
@@ -69,6 +88,9 @@ class MultiheadGraphAttention(nn.Module):
             graph-parallel ranks (:meth:`cluster_count`).
         threshold: transfer threshold of ``"cluster_sparse"``, in ``[0, 1]``.
         learn_bias: learn the bias table; ``False`` keeps it at zero (masking still works).
+        sparse_kind: what ``"dual"`` runs between its dense steps, one of
+            :data:`~lightgraph.functional.attention.SPARSE_KINDS` (``"sparse"``,
+            ``"cluster_sparse"``, ``"auto"``).
 
     Shapes:
         - **input:** ``x`` ``[S_r, channels]`` (``S_r = S`` without sharding), an
@@ -82,12 +104,13 @@ class MultiheadGraphAttention(nn.Module):
         heads: int,
         kind: str = "sparse",
         dropout: float = 0.0,
-        dense_every: int = 0,
+        dense_every: int = DEFAULT_DENSE_EVERY,
         num_buckets: int = 9,
         block_size: int = 16,
         num_clusters: int | None = None,
         threshold: float = 0.0,
         learn_bias: bool = True,
+        sparse_kind: str = "sparse",
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -99,6 +122,7 @@ class MultiheadGraphAttention(nn.Module):
         self.channels, self.heads = channels, heads
         self.head_channels = channels // heads
         self.kind = kind
+        self.sparse_kind = sparse_kind
         self.dropout = check_rate(owner, "dropout", dropout)
         self.dense_every = dense_every
         self.num_buckets = num_buckets
@@ -118,6 +142,9 @@ class MultiheadGraphAttention(nn.Module):
         self.sequence_parallel: Any = None
         self.name = "attention"  # label of its all-to-all traffic in the exchange stats
         self.step = 0
+        #: The kernel the latest call ran (``None`` before the first call).
+        self.last_kind: str | None = None
+        #: Whether the latest call ran a dense kernel (``"dense"`` or ``"raw"``).
         self.last_dense = False
         self.reset_parameters()
 
@@ -137,6 +164,16 @@ class MultiheadGraphAttention(nn.Module):
     @kind.setter
     def kind(self, value: str) -> None:
         self._kind = check_choice(type(self).__name__, "kind", value, KINDS)
+
+    @property
+    def sparse_kind(self) -> str:
+        """What ``"dual"`` runs between dense steps, one of
+        :data:`~lightgraph.functional.attention.SPARSE_KINDS`."""
+        return self._sparse_kind
+
+    @sparse_kind.setter
+    def sparse_kind(self, value: str) -> None:
+        self._sparse_kind = check_choice(type(self).__name__, "sparse_kind", value, SPARSE_KINDS)
 
     @property
     def threshold(self) -> float:
@@ -159,8 +196,11 @@ class MultiheadGraphAttention(nn.Module):
         return min(default_num_clusters(self.channels), num_tokens)
 
     def extra_repr(self) -> str:
-        """``channels, heads=..., kind=...`` in the module's repr."""
-        return f"{self.channels}, heads={self.heads}, kind={self.kind!r}"
+        """``channels, heads=..., kind=...`` (and the dual schedule) in the module's repr."""
+        text = f"{self.channels}, heads={self.heads}, kind={self.kind!r}"
+        if self.kind == "dual":
+            text += f", dense_every={self.dense_every}, sparse_kind={self.sparse_kind!r}"
+        return text
 
     def full_bias_table(self) -> Tensor:
         """``[num_buckets + 1, heads]``: the table and the masked bucket's ``-inf`` row."""
@@ -184,11 +224,19 @@ class MultiheadGraphAttention(nn.Module):
             )
 
     def resolve_kind(self, graph: AttentionGraph) -> str:
-        """The kind this call runs (``"dual"`` resolved to ``"dense"`` or ``"sparse"``)."""
-        if self.kind != "dual":
-            return self.kind
-        dense_every = self.dense_every if self.training else 0
-        return "dense" if dual_uses_dense(graph, self.step, dense_every) else "sparse"
+        """The kernel this call runs on ``graph``: ``"dense"``, ``"raw"``, ``"sparse"`` or
+        ``"cluster_sparse"`` (``"dual"`` and ``"auto"`` resolved at :attr:`step`; the dual
+        period counts in training only)."""
+        return resolve_kind(
+            graph,
+            self.kind,
+            step=self.step,
+            dense_every=self.dense_every if self.training else 0,
+            sparse_kind=self.sparse_kind,
+            num_clusters=self.cluster_count(graph.num_tokens),
+            block_size=self.block_size,
+            threshold=self.threshold,
+        )
 
     def forward(self, x: Tensor, graph: AttentionGraph, stage: str = "train") -> Tensor:
         """Attend over ``graph``.
@@ -221,7 +269,8 @@ class MultiheadGraphAttention(nn.Module):
             table = table[:, sp.head_slice(H)]
         q, k, v = (t.contiguous() for t in qkv.unbind(2))
         kind = self.resolve_kind(graph)
-        self.last_dense = kind in ("dense", "raw")
+        self.last_kind = kind
+        self.last_dense = kind in DENSE_KINDS
         out = attend(
             q,
             k,

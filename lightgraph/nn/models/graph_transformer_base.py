@@ -3,8 +3,9 @@
 Both models take one :class:`~lightgraph.data.token_batch.TokenBatch` (a node sequence or
 a batch of graphs) and attend with :func:`~lightgraph.functional.attention.attend` over the
 batch's :class:`~lightgraph.functional.attention.AttentionGraph`: ``"dense"`` (SDPA),
-``"raw"``, topology-induced ``"sparse"``, ``"cluster_sparse"`` or dual-interleaved
-``"dual"`` (TorchGT, thesis ch. 4, §4.3.2-4.3.4). Under graph parallelism (a
+``"raw"``, topology-induced ``"sparse"``, ``"cluster_sparse"``, ``"auto"`` (the one of
+those two whose kernel suits the pattern) or dual-interleaved ``"dual"`` (TorchGT, thesis
+ch. 4, §4.3.2-4.3.4). Under graph parallelism (a
 :class:`~lightgraph.distributed.SequenceParallel` of ``P > 1`` ranks installed on the
 attention layers, e.g. by
 :class:`~lightgraph.models.graph_transformer_module.GraphTransformerModule`) every rank holds
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from lightgraph.functional.attention import KINDS, AttentionGraph
+from lightgraph.functional.attention import DENSE_KINDS, KINDS, SPARSE_KINDS, AttentionGraph
 from lightgraph.nn.attention.multihead_graph_attention import MultiheadGraphAttention
 from lightgraph.utilities.checks import check_choice, check_divisible, check_int
 
@@ -31,7 +32,9 @@ __all__ = ["TASKS"]
 
 #: Tasks of the graph transformers: per-token (``"node"``) or per-graph outputs.
 TASKS: tuple[str, ...] = ("node", "graph")
-_DENSE_KINDS = ("dense", "raw", "dual")
+# Kinds that may attend every pair of a batch, so need its `dense_bucket` to mask
+# cross-graph pairs ("dual" runs "dense" on its dense steps).
+_DENSE_KINDS = (*DENSE_KINDS, "dual")
 
 
 class _GraphTransformer(nn.Module):
@@ -60,6 +63,7 @@ class _GraphTransformer(nn.Module):
         task: str,
         max_distance: int,
         kind: str,
+        sparse_kind: str = "sparse",
     ) -> None:
         check_int(owner, "in_channels", in_channels)
         check_int(owner, "out_channels", out_channels)
@@ -68,6 +72,7 @@ class _GraphTransformer(nn.Module):
         check_divisible(owner, "hidden_channels", hidden_channels, "heads", heads)
         check_int(owner, "max_distance", max_distance, 2)
         check_choice(owner, "kind", kind, KINDS)
+        check_choice(owner, "sparse_kind", sparse_kind, SPARSE_KINDS)
         check_choice(owner, "task", task, TASKS)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.num_layers, self.heads = hidden_channels, num_layers, heads

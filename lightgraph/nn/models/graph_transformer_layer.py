@@ -7,7 +7,7 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightgraph.functional.attention import AttentionGraph
+from lightgraph.functional.attention import DEFAULT_DENSE_EVERY, AttentionGraph
 from lightgraph.nn.attention.multihead_graph_attention import MultiheadGraphAttention
 from lightgraph.nn.norm.sequence_batch_norm import SequenceBatchNorm
 from lightgraph.utilities.checks import check_choice, check_int, check_rate
@@ -55,8 +55,8 @@ class GraphTransformerLayer(nn.Module):
         norm: ``"layer"`` or ``"batch"``.
         norm_first: pre-norm (``True``) or post-norm.
         activation: ``"gelu"`` or ``"relu"``.
-        kind, dense_every, num_buckets, block_size, num_clusters, threshold, learn_bias:
-            passed to :class:`MultiheadGraphAttention`.
+        kind, dense_every, num_buckets, block_size, num_clusters, threshold, learn_bias,
+            sparse_kind: passed to :class:`MultiheadGraphAttention`.
 
     Shapes:
         - **input:** ``[S_r, channels]`` and the attention graph
@@ -74,12 +74,13 @@ class GraphTransformerLayer(nn.Module):
         norm_first: bool = True,
         activation: Literal["gelu", "relu"] = "gelu",
         kind: str = "sparse",
-        dense_every: int = 0,
+        dense_every: int = DEFAULT_DENSE_EVERY,
         num_buckets: int = 9,
         block_size: int = 16,
         num_clusters: int | None = None,
         threshold: float = 0.0,
         learn_bias: bool = True,
+        sparse_kind: str = "sparse",
     ) -> None:
         super().__init__()
         owner = type(self).__name__
@@ -100,6 +101,7 @@ class GraphTransformerLayer(nn.Module):
             num_clusters=num_clusters,
             threshold=threshold,
             learn_bias=learn_bias,
+            sparse_kind=sparse_kind,
         )
         self.norm1 = _Norm(norm, channels)
         self.norm2 = _Norm(norm, channels)

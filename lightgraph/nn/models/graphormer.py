@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightgraph.functional.attention import DEFAULT_DENSE_EVERY
 from lightgraph.nn.models.graph_transformer_base import _GraphTransformer
 from lightgraph.nn.models.graph_transformer_layer import GraphTransformerLayer
 from lightgraph.utilities.checks import check_int, check_rate
@@ -54,8 +55,11 @@ class Graphormer(_GraphTransformer):
         attention_dropout: dropout on attention probabilities.
         ffn_channels: FFN hidden size (default ``hidden_channels``, as in Graphormer).
         dense_every, threshold, block_size, num_clusters: attention options (see
-            :class:`MultiheadGraphAttention`).
+            :class:`MultiheadGraphAttention`; ``dense_every`` defaults to
+            :data:`~lightgraph.functional.attention.DEFAULT_DENSE_EVERY`, 11).
         preset: ``"slim"``, ``"large"`` or ``None``.
+        sparse_kind: what ``kind="dual"`` runs between its dense steps: ``"sparse"``,
+            ``"cluster_sparse"`` or ``"auto"``.
 
     Shapes:
         - **input:** a :class:`~lightgraph.data.token_batch.TokenBatch` with ``S_r`` tokens
@@ -76,11 +80,12 @@ class Graphormer(_GraphTransformer):
         dropout: float = 0.1,
         attention_dropout: float = 0.1,
         ffn_channels: int | None = None,
-        dense_every: int = 0,
+        dense_every: int = DEFAULT_DENSE_EVERY,
         threshold: float = 0.0,
         block_size: int = 16,
         num_clusters: int | None = None,
         preset: Literal["slim", "large"] | None = None,
+        sparse_kind: str = "sparse",
     ) -> None:
         super().__init__()
         owner = "Graphormer"
@@ -97,6 +102,7 @@ class Graphormer(_GraphTransformer):
             task,
             max_distance,
             kind,
+            sparse_kind,
         )
         check_int(owner, "max_degree", max_degree)
         self.preset = preset
@@ -120,6 +126,7 @@ class Graphormer(_GraphTransformer):
                 block_size=block_size,
                 num_clusters=num_clusters,
                 threshold=threshold,
+                sparse_kind=sparse_kind,
             )
             for _ in range(num_layers)
         )

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightgraph.functional.attention import DEFAULT_DENSE_EVERY
 from lightgraph.nn.models.graph_transformer_base import _GraphTransformer
 from lightgraph.nn.models.graph_transformer_layer import NORMS, GraphTransformerLayer
 from lightgraph.utilities.checks import check_choice, check_int, check_rate
@@ -54,8 +55,12 @@ class GT(_GraphTransformer):
         ffn_channels: FFN hidden size (default ``2 * hidden_channels``).
         max_distance: must match the data module's (bucket layout).
         spatial_bias: also learn a per-bucket bias (off in the original GT).
-        dense_every, threshold, block_size, num_clusters: attention options.
+        dense_every, threshold, block_size, num_clusters: attention options (see
+            :class:`MultiheadGraphAttention`; ``dense_every`` defaults to
+            :data:`~lightgraph.functional.attention.DEFAULT_DENSE_EVERY`, 11).
         seed: seed of the eigenvector sign flips.
+        sparse_kind: what ``kind="dual"`` runs between its dense steps: ``"sparse"``,
+            ``"cluster_sparse"`` or ``"auto"``.
 
     Shapes:
         - **input:** a :class:`~lightgraph.data.token_batch.TokenBatch` with ``lap_pe``
@@ -80,11 +85,12 @@ class GT(_GraphTransformer):
         ffn_channels: int | None = None,
         max_distance: int = 5,
         spatial_bias: bool = False,
-        dense_every: int = 0,
+        dense_every: int = DEFAULT_DENSE_EVERY,
         threshold: float = 0.0,
         block_size: int = 16,
         num_clusters: int | None = None,
         seed: int = 0,
+        sparse_kind: str = "sparse",
     ) -> None:
         super().__init__()
         owner = "GT"
@@ -98,6 +104,7 @@ class GT(_GraphTransformer):
             task,
             max_distance,
             kind,
+            sparse_kind,
         )
         check_int(owner, "pe_dim", pe_dim)
         check_choice(owner, "norm", norm, NORMS)
@@ -126,6 +133,7 @@ class GT(_GraphTransformer):
                 block_size=block_size,
                 num_clusters=num_clusters,
                 threshold=threshold,
+                sparse_kind=sparse_kind,
                 learn_bias=spatial_bias,
             )
             for _ in range(num_layers)

@@ -1,11 +1,19 @@
-"""check_conditions (C1-C3) on hand-made graphs, the direction of C3, scaling."""
+"""check_conditions (C1-C3) on hand-made graphs, the direction of C3, scaling; C2 against a
+brute-force search, with and without the token path (add_token_path)."""
 
 from __future__ import annotations
+
+import itertools
+import time
 
 import pytest
 import torch
 
-from lightgraph.functional.attention import check_conditions
+from lightgraph.functional.attention import (
+    EXACT_HAMILTONIAN_MAX_TOKENS,
+    add_token_path,
+    check_conditions,
+)
 from tests.functional.attention.common import bad_input
 
 
@@ -32,8 +40,8 @@ TRIANGLES = [(0, 1), (1, 2), (2, 0), (3, 4), (4, 5), (5, 3)]
     [
         (undirected(PATH, N), 5, (True, True, True)),  # the token order is the path
         (undirected(PATH, N), 4, (True, True, False)),  # diameter 5
-        (undirected(SHUFFLED_PATH, N), 5, (True, False, True)),  # path exists, not certified
-        (undirected(STAR, N), 2, (True, False, True)),  # no Hamiltonian path; hub certificate
+        (undirected(SHUFFLED_PATH, N), 5, (True, True, True)),  # found by the exact search
+        (undirected(STAR, N), 2, (True, False, True)),  # no Hamiltonian path (exact); hub
         (undirected(STAR, N), 1, (True, False, False)),
         (undirected(CYCLE, N), 3, (True, True, True)),
         (undirected(CYCLE, N), 2, (True, True, False)),
@@ -72,3 +80,91 @@ def test_conditions_scale_to_100k_tokens() -> None:
 
 def test_bad_input() -> None:
     bad_input(lambda q, k, v, ei: check_conditions(ei, 4, 0), "`num_layers` >= 1")
+
+
+def brute_force_hamiltonian_path(edge_index: torch.Tensor, n: int) -> bool:
+    """Whether some ordering of the n tokens has every consecutive pair as an entry (in
+    either direction): itertools over all n! orderings."""
+    adj = [[False] * n for _ in range(n)]
+    for a, b in edge_index.t().tolist():
+        adj[a][b] = adj[b][a] = True
+    steps = range(n - 1)
+    return any(
+        all(adj[order[i]][order[i + 1]] for i in steps)
+        for order in itertools.permutations(range(n))
+    )
+
+
+def random_patterns(count: int, seed: int = 0):
+    """Random small directed patterns (n <= 8, self-loops on all tokens, sparse to dense)."""
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        n = int(torch.randint(1, 9, (1,), generator=gen))
+        density = float(torch.rand((), generator=gen))
+        mask = torch.rand(n, n, generator=gen) < density * 0.6
+        src, dst = mask.nonzero().t()
+        loops = torch.arange(n).repeat(2, 1)
+        yield torch.cat([torch.stack([src, dst]), loops], dim=1), n
+
+
+def test_c2_equals_a_brute_force_search_on_small_graphs() -> None:
+    found = {True: 0, False: 0}
+    for edge_index, n in random_patterns(200):
+        expected = brute_force_hamiltonian_path(edge_index, n)
+        assert check_conditions(edge_index, n, 8)["c2"] is expected, edge_index.tolist()
+        found[expected] += 1
+        # Shuffled token ids: the token-order test rarely applies, the search must decide.
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(n))
+        assert check_conditions(perm[edge_index], n, 8)["c2"] is expected
+        # The token path makes C2 hold, for a reason the brute force confirms.
+        augmented, _ = add_token_path(edge_index, n)
+        assert brute_force_hamiltonian_path(augmented, n)
+        assert check_conditions(augmented, n, 8)["c2"] is True
+    assert found[True] > 50 and found[False] > 50  # both answers are exercised
+
+
+def test_c2_beyond_the_exact_limit_is_a_certificate() -> None:
+    n = EXACT_HAMILTONIAN_MAX_TOKENS + 1
+    assert n == 17
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(3))
+    path = torch.stack([order[:-1], order[1:]])  # a Hamiltonian path, not in token order
+    ei = torch.cat([path, path.flip(0), torch.arange(n).repeat(2, 1)], dim=1)
+    assert check_conditions(ei, n, n)["c2"] is False  # exists, but cannot be certified
+    assert check_conditions(add_token_path(ei, n)[0], n, n)["c2"] is True
+    # At the limit the same kind of path is found.
+    m = EXACT_HAMILTONIAN_MAX_TOKENS
+    keep = (path < m).all(0)
+    order = order[order < m]
+    path = torch.stack([order[:-1], order[1:]])
+    ei = torch.cat([path, path.flip(0), torch.arange(m).repeat(2, 1)], dim=1)
+    assert check_conditions(ei, m, m)["c2"] is True
+    assert keep.any()
+
+
+def test_exact_c2_search_is_fast() -> None:
+    n = EXACT_HAMILTONIAN_MAX_TOKENS
+    # A star with a few extra edges: no Hamiltonian path, no shortcut of the certificate.
+    star = torch.stack([torch.zeros(n - 1, dtype=torch.long), torch.arange(1, n)])
+    ei = torch.cat([star, torch.tensor([[1, 3], [2, 4]]), torch.arange(n).repeat(2, 1)], dim=1)
+    assert check_conditions(ei, n, 2)["c2"] is False  # first call: warm-up
+    seconds = []
+    for _ in range(3):  # best of three: the test machine may be busy
+        start = time.perf_counter()
+        check_conditions(ei, n, 2)
+        seconds.append(time.perf_counter() - start)
+    assert min(seconds) < 0.5
+
+
+def test_c3_on_small_sequences_equals_the_sparse_bfs(monkeypatch) -> None:
+    import lightgraph.functional.attention.conditions as conditions
+
+    cases = []
+    for edge_index, n in random_patterns(120, seed=1):
+        keep = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(n)) < 0.8
+        for ei in (edge_index, edge_index[:, keep]):  # some without all self-loops
+            if ei.numel():
+                cases.extend((ei, n, L) for L in (1, 2, 3, 7))
+    dense = [check_conditions(ei, n, L)["c3"] for ei, n, L in cases]
+    monkeypatch.setattr(conditions, "_DENSE_REACH_MAX_TOKENS", 0)
+    sparse = [check_conditions(ei, n, L)["c3"] for ei, n, L in cases]
+    assert dense == sparse and any(dense) and not all(dense)

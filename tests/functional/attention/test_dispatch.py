@@ -1,18 +1,25 @@
-"""attend: the dual schedule, bias lookup, argument checks, every kind on CUDA."""
+"""attend: the dual schedule over either sparse layout, kind="auto", bias lookup, argument
+checks, every kind on CUDA."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import lightgraph.functional.attention.cluster_sparse as cluster_sparse
 import lightgraph.functional.attention.dispatch as dispatch
+from lightgraph.data.sequences import build_sequence
 from lightgraph.functional.attention import (
+    AUTO_MIN_TILE_FILL,
+    DEFAULT_DENSE_EVERY,
     KINDS,
+    SPARSE_KINDS,
     AttentionGraph,
     attend,
     dense_attention,
     dual_uses_dense,
     raw_attention,
+    resolve_kind,
     sparse_attention,
 )
 from tests.functional.attention.common import DT, assert_close, bad_input, qkv, random_pattern
@@ -60,6 +67,154 @@ def test_dual_is_dense_when_a_condition_fails(monkeypatch) -> None:
     assert calls == {"dense": 4, "sparse": 0}
 
 
+CLUSTERS = {"num_clusters": 3, "block_size": 4, "threshold": 0.5}
+
+
+def _sequence_graph(n: int = 23, **kwargs) -> AttentionGraph:
+    """The pattern of a random node sequence (global token, token path): C1-C3 hold at 2
+    layers; ``CLUSTERS`` transfers some of its cluster blocks."""
+    gen = torch.Generator().manual_seed(2)
+    edge_index = torch.randint(0, n, (2, 2 * n), generator=gen)
+    graph = build_sequence(torch.zeros(n, 1), edge_index, **kwargs).graph
+    graph.num_layers = 2
+    return graph
+
+
+def test_dual_follows_the_documented_rule_step_by_step() -> None:
+    graph = _sequence_graph()
+    assert all(graph.conditions().values())
+    assert DEFAULT_DENSE_EVERY == 11 and SPARSE_KINDS == ("sparse", "cluster_sparse", "auto")
+    for sparse_kind in ("sparse", "cluster_sparse"):
+        for dense_every in (0, 1, 3, 4, DEFAULT_DENSE_EVERY):
+            got = [
+                resolve_kind(
+                    graph,
+                    "dual",
+                    step=step,
+                    dense_every=dense_every,
+                    sparse_kind=sparse_kind,
+                    **CLUSTERS,
+                )
+                for step in range(13)
+            ]
+            expected = [
+                "dense" if dense_every > 0 and step % dense_every == 0 else sparse_kind
+                for step in range(13)
+            ]
+            assert got == expected, (sparse_kind, dense_every)
+    # The default period: dense at steps 0, 11, 22, ...
+    default = [resolve_kind(graph, "dual", step=s) for s in range(23)]
+    assert [s for s, kind in enumerate(default) if kind == "dense"] == [0, 11, 22]
+    # A pattern failing C1 (a token without its self-loop) or C3 (too deep): always dense.
+    src, dst = graph.edge_index
+    no_loop = AttentionGraph(graph.num_tokens, graph.edge_index[:, (src != dst) | (src != 5)])
+    too_far = _sequence_graph(global_token=False)
+    too_far.num_layers = 1
+    for failing, condition in ((no_loop, "c1"), (too_far, "c3")):
+        assert not failing.conditions()[condition]
+        for dense_every in (0, 4):
+            kinds = {
+                resolve_kind(failing, "dual", step=s, dense_every=dense_every, **CLUSTERS)
+                for s in range(9)
+            }
+            assert kinds == {"dense"}
+    # Other kinds resolve to themselves whatever the step.
+    for kind in ("dense", "raw", "sparse", "cluster_sparse"):
+        assert resolve_kind(graph, kind, step=0, dense_every=1) == kind
+
+
+def test_dual_over_cluster_sparse_equals_the_kind_it_runs() -> None:
+    graph = _sequence_graph()
+    S, H, D = graph.num_tokens, 2, 4
+    table = torch.randn(9, H, dtype=DT)
+    weight = torch.randn(S, H, D, dtype=DT, generator=torch.Generator().manual_seed(3))
+
+    def run(kind: str, **kwargs):
+        q, k, v = qkv(S, H, D)
+        tab = table.clone().requires_grad_()
+        out = attend(q, k, v, graph, kind, tab, **CLUSTERS, **kwargs)
+        grads = torch.autograd.grad((out * weight).sum(), (q, k, v, tab))
+        return [out.detach(), *grads]
+
+    dense, exact = run("dense"), run("cluster_sparse")
+    assert not torch.allclose(exact[0], run("sparse")[0])  # the transfer changes the pattern
+    assert not torch.allclose(exact[0], dense[0])
+    for step in range(7):
+        got = run("dual", step=step, dense_every=3, sparse_kind="cluster_sparse")
+        expected = dense if step % 3 == 0 else exact
+        for a, b in zip(got, expected, strict=True):
+            assert_close(a, b)
+
+
+def _block_diagonal(S: int = 32, block: int = 8) -> torch.Tensor:
+    """Every token attends every token of its block of ``block``: full diagonal tiles."""
+    t = torch.arange(S)
+    same = (t[:, None] // block) == (t[None, :] // block)
+    query, key = same.nonzero().t()
+    return torch.stack([key, query])
+
+
+def _scattered(S: int = 32) -> torch.Tensor:
+    """Self-loops and one random key per query: tiles are mostly empty."""
+    gen = torch.Generator().manual_seed(7)
+    t = torch.arange(S)
+    ei = torch.cat([t.repeat(2, 1), torch.stack([torch.randint(0, S, (S,), generator=gen), t])], 1)
+    key = torch.unique(ei[1] * S + ei[0])
+    return torch.stack([key % S, key // S])
+
+
+def test_auto_picks_by_tile_fill_deterministically(monkeypatch) -> None:
+    options = {"num_clusters": 4, "block_size": 8, "threshold": 0.0}
+    full, scattered = _block_diagonal(), _scattered()
+    assert AUTO_MIN_TILE_FILL == cluster_sparse.AUTO_MIN_TILE_FILL
+    for ei, expected in ((full, "cluster_sparse"), (scattered, "sparse")):
+        graph = AttentionGraph(32, ei)
+        fill = graph.cluster_layout(**options).tile_fill
+        assert (fill >= AUTO_MIN_TILE_FILL) == (expected == "cluster_sparse")
+        picks = {resolve_kind(graph, "auto", **options) for _ in range(3)}
+        picks.add(resolve_kind(AttentionGraph(32, ei.clone()), "auto", **options))  # fresh
+        assert picks == {expected}
+        assert graph.cache[("auto_kind", 4, 8, 0.0, AUTO_MIN_TILE_FILL)] == expected
+    assert AttentionGraph(32, full).cluster_layout(**options).tile_fill == 1.0
+    # The constant decides: lowered, the scattered pattern runs cluster-sparse; raised
+    # above 1, nothing does (the decisions are cached per constant).
+    graph = AttentionGraph(32, scattered)
+    assert graph.auto_kind(**options) == "sparse"
+    monkeypatch.setattr(cluster_sparse, "AUTO_MIN_TILE_FILL", 0.0)
+    assert graph.auto_kind(**options) == "cluster_sparse"
+    monkeypatch.setattr(cluster_sparse, "AUTO_MIN_TILE_FILL", 1.5)
+    assert AttentionGraph(32, full).auto_kind(**options) == "sparse"
+    # "dual" between its dense steps resolves sparse_kind="auto" the same way.
+    sequence = _sequence_graph()
+    for min_fill, expected in ((0.0, "cluster_sparse"), (1.5, "sparse")):
+        monkeypatch.setattr(cluster_sparse, "AUTO_MIN_TILE_FILL", min_fill)
+        kinds = [
+            resolve_kind(sequence, "dual", step=s, dense_every=2, sparse_kind="auto", **CLUSTERS)
+            for s in range(4)
+        ]
+        assert kinds == ["dense", expected, "dense", expected]
+
+
+@pytest.mark.parametrize("pattern", ["full", "scattered"])
+def test_auto_equals_the_kind_it_picks(pattern: str) -> None:
+    S, H, D = 32, 2, 4
+    ei = _block_diagonal() if pattern == "full" else _scattered()
+    bucket = torch.randint(0, 3, (ei.shape[1],), generator=torch.Generator().manual_seed(1))
+    graph = AttentionGraph(S, ei, bucket)
+    options = {"num_clusters": 4, "block_size": 8}
+    picked = graph.auto_kind(**options)
+    assert picked == ("cluster_sparse" if pattern == "full" else "sparse")
+    table = torch.randn(3, H, dtype=DT)
+    results = []
+    for kind in ("auto", picked):
+        q, k, v = qkv(S, H, D)
+        tab = table.clone().requires_grad_()
+        out = attend(q, k, v, graph, kind, tab, **options)
+        results.append([out, *torch.autograd.grad(out.square().sum(), (q, k, v, tab))])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_attend_gathers_bias_from_the_table() -> None:
     S, H, D = 13, 2, 3
     ei = random_pattern(S, 30)
@@ -103,6 +258,10 @@ def test_unknown_kind_lists_the_kinds() -> None:
         (
             lambda q, k, v, ei: attend(q, k, v, AttentionGraph(4, ei), "dual", dense_every=-1),
             "`dense_every`",
+        ),
+        (
+            lambda q, k, v, ei: attend(q, k, v, AttentionGraph(4, ei), "dual", sparse_kind="raw"),
+            r"`sparse_kind` to be one of \('sparse', 'cluster_sparse', 'auto'\) but got 'raw'",
         ),
         (
             lambda q, k, v, ei: attend(

@@ -1,5 +1,5 @@
-"""MultiheadGraphAttention: masked-dense references, dense buckets, argument checks, and a
-cluster count fixed by the configuration."""
+"""MultiheadGraphAttention: masked-dense references, dense buckets, argument checks, a
+cluster count fixed by the configuration, and the kind each call runs (dual, auto)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import Tensor
 
+import lightgraph.functional.attention.cluster_sparse as cluster_sparse
 from lightgraph.data.token_batch import TokenBatch
+from lightgraph.functional.attention import DEFAULT_DENSE_EVERY
 from lightgraph.nn.attention import MultiheadGraphAttention
 from tests.functional.attention.test_cluster_sparse import _refuse_machine_reads
 from tests.nn.models.transformer_checks import sequence
@@ -54,7 +56,52 @@ def test_dense_kinds_use_the_dense_buckets(kind: str) -> None:
     x = torch.randn(item.num_tokens, 8, dtype=torch.float64)
     attn = _attention(kind)
     torch.testing.assert_close(attn(x, item.graph), _reference(attn, x, item, masked=False))
-    assert attn.last_dense
+    assert attn.last_dense and attn.last_kind == kind
+
+
+@pytest.mark.parametrize("sparse_kind", ["sparse", "cluster_sparse"])
+def test_dual_runs_its_schedule_and_reports_the_kind(sparse_kind: str) -> None:
+    item = sequence(n=30)
+    item.graph.num_layers = 2  # C3 through the global token
+    assert all(item.graph.conditions().values())  # C2 through the token path
+    attn = _attention("dual", dense_every=3, sparse_kind=sparse_kind, num_clusters=3)
+    assert attn.last_kind is None and not attn.last_dense
+    x = torch.randn(item.num_tokens, 8, dtype=torch.float64)
+    kinds, dense = [], []
+    for _ in range(7):
+        attn(x, item.graph)
+        kinds.append(attn.last_kind)
+        dense.append(attn.last_dense)
+    assert kinds == ["dense", sparse_kind, sparse_kind] * 2 + ["dense"]
+    assert dense == [kind == "dense" for kind in kinds] and attn.step == 7
+    # Evaluation ignores the period: step 9 is a multiple of 3, yet the sparse kind runs.
+    attn.eval()
+    attn.step = 9
+    for _ in range(2):
+        attn(x, item.graph)
+        assert attn.last_kind == sparse_kind and not attn.last_dense
+    assert attn.step == 9  # evaluation does not advance the schedule
+    assert "dense_every=3" in repr(attn) and f"sparse_kind='{sparse_kind}'" in repr(attn)
+
+
+def test_default_period_and_auto(monkeypatch) -> None:
+    attn = MultiheadGraphAttention(8, 2, kind="dual")
+    assert attn.dense_every == DEFAULT_DENSE_EVERY == 11 and attn.sparse_kind == "sparse"
+    item = sequence(n=30)
+    item.graph.num_layers = 2
+    x = torch.randn(item.num_tokens, 8, dtype=torch.float64)
+    attn = _attention("auto", num_clusters=3, block_size=4)
+    for min_fill, expected in ((0.0, "cluster_sparse"), (1.5, "sparse")):
+        monkeypatch.setattr(cluster_sparse, "AUTO_MIN_TILE_FILL", min_fill)
+        assert attn.resolve_kind(item.graph) == expected
+        out = attn(x, item.graph)
+        assert attn.last_kind == expected and not attn.last_dense
+        attn.kind = expected
+        torch.testing.assert_close(out, attn(x, item.graph), rtol=0, atol=0)
+        attn.kind = "auto"
+    attn.kind, attn.sparse_kind = "dual", "auto"
+    attn.step = 1
+    assert attn.resolve_kind(item.graph) == "sparse"  # AUTO_MIN_TILE_FILL is still 1.5
 
 
 def test_default_cluster_count_depends_on_the_configuration_only(monkeypatch) -> None:
@@ -80,6 +127,11 @@ def test_bad_arguments() -> None:
         attn.threshold = 1.5
     with pytest.raises(ValueError, match="`kind` to be one of"):
         attn.kind = "linear"
+    with pytest.raises(
+        ValueError,
+        match=r"`sparse_kind` to be one of \('sparse', 'cluster_sparse', 'auto'\) but got 'dense'",
+    ):
+        MultiheadGraphAttention(8, 2, kind="dual", sparse_kind="dense")
     with pytest.raises(ValueError, match="expected all 25 tokens .* got 10"):
         MultiheadGraphAttention(8, 2)(torch.randn(10, 8), sequence().graph)
     with pytest.raises(

@@ -27,10 +27,46 @@ def test_dual_interleaves_dense_steps_when_the_conditions_hold() -> None:
     model.eval()
     model(item)
     assert not model.attention_layers[0].last_dense  # evaluation: only the conditions count
-    # A random graph fails C2/C3: dual falls back to dense on every step.
+    # Two triangles without a global token or the token path fail C2 and C3: dual falls
+    # back to dense on every step.
+    triangles = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3]])
+    apart = build_sequence(
+        torch.randn(6, F_IN),
+        torch.cat([triangles, triangles.flip(0)], 1),
+        global_token=False,
+        token_path=False,
+    )
     model.train()
-    model(sequence(n=30))
-    assert model.attention_layers[0].last_dense
+    for _ in range(3):
+        model(apart)
+        assert model.attention_layers[0].last_kind == "dense"
+    assert apart.graph.conditions() == {"c1": True, "c2": False, "c3": False}
+
+
+def test_sparse_kind_reaches_every_layer() -> None:
+    n = 12
+    path = torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+    item = build_sequence(torch.randn(n, F_IN), path)  # directed path + token path + global
+    model = Graphormer(
+        F_IN,
+        OUT,
+        hidden_channels=8,
+        heads=2,
+        num_layers=2,
+        kind="dual",
+        sparse_kind="cluster_sparse",
+        num_clusters=2,
+    )
+    assert all(
+        a.sparse_kind == "cluster_sparse" and a.dense_every == 11 for a in model.attention_layers
+    )
+    kinds = []
+    for _ in range(13):
+        model(item)
+        kinds.append({a.last_kind for a in model.attention_layers})
+    assert kinds == [{"dense"}] + [{"cluster_sparse"}] * 10 + [{"dense"}, {"cluster_sparse"}]
+    with pytest.raises(ValueError, match="Graphormer: expected `sparse_kind` to be one of"):
+        Graphormer(F_IN, OUT, kind="dual", sparse_kind="dense")
 
 
 def test_presets_follow_table_4_4() -> None:

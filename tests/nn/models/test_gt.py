@@ -28,6 +28,15 @@ def test_bad_arguments() -> None:
     assert "--data.init_args.pe_dim=4" in str(info.value)
 
 
+def test_dual_options_reach_every_layer() -> None:
+    gt = GT(F_IN, OUT, num_layers=2, kind="dual", dense_every=4, sparse_kind="auto")
+    layers = [layer.attn for layer in gt.layers]
+    assert all(a.kind == "dual" and a.dense_every == 4 for a in layers)
+    assert all(a.sparse_kind == "auto" for a in layers)
+    with pytest.raises(ValueError, match="GT: expected `sparse_kind` to be one of"):
+        GT(F_IN, OUT, sparse_kind="raw")
+
+
 def _model() -> GT:
     torch.manual_seed(0)
     return GT(F_IN, OUT, hidden_channels=8, heads=2, num_layers=1, pe_dim=4).double()
