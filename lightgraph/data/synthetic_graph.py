@@ -27,6 +27,15 @@ The generator is a degree-corrected stochastic block model sampled the Chung-Lu 
    following the true class, so the training loss has a floor and plateaus. With the
    default ``label_noise = 0`` nothing is drawn, and the graph is the same as before the
    option existed.
+7. optionally (``locality > 0``, step 3), a share ``locality`` of the intra-community
+   edges are *local*: every community's nodes lie on a latent line in the order of their
+   ids, and a local edge joins a weight-proportional source to a weight-proportional
+   target about ``locality_scale`` nodes away on that line (see :class:`SyntheticGraph`);
+   the other intra-community edges are drawn as above. A METIS reorder keeps nodes of a
+   part in id order, and the parts follow the communities, so the two ends of a local
+   edge stay close in the token sequence, as in citation or product graphs. With the
+   default ``locality = 0`` nothing changes: the graph is the same as before the option
+   existed.
 
 Everything is vectorised (searches in cumulative weight arrays, sorting and
 ``torch.unique``) and drawn from one local :class:`torch.Generator`, so the same
@@ -35,6 +44,7 @@ arguments always produce bit-identical tensors and the global random state is un
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from numbers import Integral, Real
@@ -60,6 +70,7 @@ _COMMUNITY_EDGE_FACTOR = 4  # default communities hold >= 4 * avg_degree nodes i
 _ML_EXTRA_PROTOTYPE_LABELS = 1.0
 _ML_KEEP_PROB = 0.9
 _ML_SPURIOUS_LABELS = 0.5
+_DEFAULT_LOCALITY_SCALE = 16.0
 
 
 def _is_int(value: object) -> bool:
@@ -96,6 +107,8 @@ def _validate(
     val_ratio: float,
     seed: int,
     label_noise: float = 0.0,
+    locality: float = 0.0,
+    locality_scale: float = _DEFAULT_LOCALITY_SCALE,
 ) -> int:
     """Check every generator argument; returns the resolved number of communities."""
 
@@ -150,6 +163,12 @@ def _validate(
         raise fail(
             "label_noise", "to be 0 with multilabel=True (single-label graphs only)", label_noise
         )
+    if not _is_real(locality) or not 0.0 <= locality <= 1.0:
+        raise fail("locality", "in [0, 1]", locality)
+    if not _is_real(locality_scale) or not locality_scale >= 1.0:
+        raise fail(
+            "locality_scale", "to be a finite number >= 1 (mean distance in nodes)", locality_scale
+        )
     if num_communities is None:
         return default_num_communities(n, float(avg_degree), int(num_classes))
     return int(num_communities)
@@ -162,11 +181,13 @@ class _EdgeSampler:
         n = weight.numel()
         self.num_nodes = n
         self.community = community
+        self.weight = weight
         self.order = torch.argsort(community, stable=True)
         sorted_weight = weight[self.order]
         self.cum = torch.cumsum(sorted_weight, 0)
         self.total = float(self.cum[-1])
         sizes = torch.bincount(community, minlength=num_communities)
+        self.sizes = sizes
         ends = torch.cumsum(sizes, 0)
         self.start = ends - sizes
         self.last = (ends - 1).clamp(min=0)
@@ -193,6 +214,34 @@ class _EdgeSampler:
             + torch.rand(count, generator=gen, dtype=torch.float64) * self.comm_weight[comm]
         )
         pos = torch.minimum(torch.maximum(self._lookup(u), self.start[comm]), self.last[comm])
+        dst = self.order[pos]
+        return self._keys(src, dst, (src != dst) & (self.community[dst] == comm))
+
+    def local(self, count: int, gen: torch.Generator, scale: float, per_weight: float) -> Tensor:
+        """Intra-community pairs a short distance apart on the community's latent line.
+
+        Inside a community the nodes are laid out by id (``order`` is stable), each
+        occupying an interval of its weight on the cumulative-weight axis. A point ``u``
+        drawn uniformly on the whole axis picks the source (in proportion to its weight);
+        the target is the node at ``u + X``, reflected at the community's ends, where
+        ``X`` is a symmetric exponential offset of mean ``max(scale, D)`` times the
+        community's mean weight (about that many nodes), ``D = per_weight * weight`` the
+        source's expected local degree. The reflection keeps the uniform law of the
+        landing point, so targets are weight-proportional too.
+        """
+        u = torch.rand(count, generator=gen, dtype=torch.float64) * self.total
+        src = self.order[self._lookup(u)]
+        comm = self.community[src]
+        width = self.comm_weight[comm]
+        spread = torch.clamp(self.weight[src] * per_weight, min=scale)
+        mean = spread * width / self.sizes[comm].clamp(min=1)
+        offset = torch.empty(count, dtype=torch.float64).exponential_(generator=gen) * mean
+        sign = torch.randint(0, 2, (count,), generator=gen, dtype=torch.int8)
+        offset = torch.where(sign.bool(), offset, -offset)
+        rel = torch.remainder(u - self.comm_start[comm] + offset, 2.0 * width)
+        rel = torch.where(rel >= width, 2.0 * width - rel, rel)
+        pos = self._lookup(self.comm_start[comm] + rel)
+        pos = torch.minimum(torch.maximum(pos, self.start[comm]), self.last[comm])
         dst = self.order[pos]
         return self._keys(src, dst, (src != dst) & (self.community[dst] == comm))
 
@@ -229,6 +278,37 @@ def _fill_pool(
     if keys.numel() > target:
         keep = torch.randperm(keys.numel(), generator=gen)[:target]
         keys = torch.sort(keys[keep]).values
+    return keys
+
+
+def _top_up_pool(
+    draw: Callable[[int, torch.Generator], Tensor],
+    target: int,
+    gen: torch.Generator,
+    initial: Tensor,
+) -> Tensor:
+    """Top the distinct keys ``initial`` up to ``target`` distinct keys from ``draw``.
+
+    Like :func:`_fill_pool`, but every key of ``initial`` is kept: when the last draw
+    overflows ``target``, only new keys are dropped (at random).
+    """
+    keys = initial
+    if target <= keys.numel():
+        return keys
+    count = (target - keys.numel()) + (target - keys.numel()) // 16 + 16
+    for _ in range(_MAX_ROUNDS):
+        before = keys.numel()
+        keys = torch.unique(torch.cat([keys, draw(count, gen)]))
+        deficit = target - keys.numel()
+        if deficit <= 0:
+            break
+        gained = keys.numel() - before
+        count = min(int(deficit * count / max(gained, 1) * 1.2) + 16, 8 * target + 1024)
+    extra = keys.numel() - target
+    if extra > 0:
+        new = keys[~torch.isin(keys, initial)]
+        drop = new[torch.randperm(new.numel(), generator=gen)[:extra]]
+        keys = keys[~torch.isin(keys, drop)]
     return keys
 
 
@@ -293,6 +373,8 @@ def generate_synthetic_graph(
     val_ratio: float = 0.2,
     seed: int = 0,
     label_noise: float = 0.0,
+    locality: float = 0.0,
+    locality_scale: float = _DEFAULT_LOCALITY_SCALE,
 ) -> Data:
     """Generate a node-classification graph (see :class:`SyntheticGraph` for the arguments).
 
@@ -322,6 +404,8 @@ def generate_synthetic_graph(
         val_ratio,
         seed,
         label_noise,
+        locality,
+        locality_scale,
     )
     n, d = int(num_nodes), float(avg_degree)
     gen = torch.Generator().manual_seed(int(seed))
@@ -334,7 +418,17 @@ def generate_synthetic_graph(
     weight = _power_law_weights(n, d, float(power_law_exponent), gen)
     sampler = _EdgeSampler(weight, community, k)
     num_edges = round(n * d / 2)
-    intra = _fill_pool(sampler.intra, round(float(homophily) * num_edges), gen)
+    num_intra = round(float(homophily) * num_edges)
+    if locality > 0.0:  # local edges first, then random intra edges up to num_intra
+        scale, num_local = float(locality_scale), round(float(locality) * num_intra)
+        per_weight = 2.0 * num_local / sampler.total  # expected local degree per unit weight
+        draw = functools.partial(sampler.local, scale=scale, per_weight=per_weight)
+        local = _fill_pool(draw, num_local, gen)
+        del draw
+        intra = _top_up_pool(sampler.intra, num_intra, gen, local)
+        del local
+    else:
+        intra = _fill_pool(sampler.intra, num_intra, gen)
     inter = _fill_pool(sampler.inter, num_edges - intra.numel(), gen)
     keys = torch.cat([intra, inter])
     del intra, inter, sampler, weight
@@ -413,6 +507,28 @@ class SyntheticGraph(GraphDataset):
             is ``1 - label_noise * (1 - 1 / num_classes)``. Single-label graphs only. The
             default 0 draws nothing (the graph is unchanged) and is left out of
             :meth:`config` and :meth:`fingerprint`, so earlier cache keys stay valid.
+        locality: share, in ``[0, 1]``, of the intra-community edges that are *local*.
+            Every community's nodes lie on a latent line in id order, each node taking
+            a length proportional to its weight. A local edge picks its source in
+            proportion to the weights, a point ``u`` inside the source's interval, and
+            its target at ``u + X`` (reflected at the community's ends, so targets stay
+            weight-proportional), with ``X`` a symmetric exponential offset of mean
+            ``max(locality_scale, D)`` nodes, ``D`` being the source's expected number
+            of local edges: a hub spreads its local edges wider so that it finds enough
+            distinct neighbours and keeps its degree. The other intra-community edges
+            and all inter-community edges are drawn as without the option. The number
+            of edges and the homophily stay exact, the weights, communities and labels
+            are those of the graph without the option; the features and the split
+            masks are drawn from the same stream afterwards, so they differ (same law).
+            Because METIS keeps the nodes of a part in id order and its parts follow
+            the communities, local edges stay short in METIS-ordered node sequences
+            (``NodeSequenceDataModule``), which fills the cluster-sparse attention's
+            tiles. The default 0 draws nothing (the graph is unchanged) and, like
+            ``locality_scale``, is then left out of :meth:`config` and
+            :meth:`fingerprint`.
+        locality_scale: mean distance, in nodes along the community's id order, of a
+            local edge of an ordinary node (``>= 1``; default 16, the cluster-sparse
+            tile side). Used only when ``locality > 0``.
 
     Raises:
         ValueError: if an argument is out of range (the message names it, the allowed
@@ -434,6 +550,8 @@ class SyntheticGraph(GraphDataset):
         val_ratio: float = 0.2,
         seed: int = 0,
         label_noise: float = 0.0,
+        locality: float = 0.0,
+        locality_scale: float = _DEFAULT_LOCALITY_SCALE,
     ) -> None:
         _validate(
             "SyntheticGraph",
@@ -450,6 +568,8 @@ class SyntheticGraph(GraphDataset):
             val_ratio,
             seed,
             label_noise,
+            locality,
+            locality_scale,
         )
         self.num_nodes = int(num_nodes)
         self.avg_degree = float(avg_degree)
@@ -464,6 +584,8 @@ class SyntheticGraph(GraphDataset):
         self.val_ratio = float(val_ratio)
         self.seed = int(seed)
         self.label_noise = float(label_noise)
+        self.locality = float(locality)
+        self.locality_scale = float(locality_scale)
 
     @property
     def num_features(self) -> int:
@@ -483,7 +605,8 @@ class SyntheticGraph(GraphDataset):
     def config(self) -> dict[str, int | float | bool | None]:
         """The constructor arguments, normalised (ints as ``int``, ratios as ``float``).
 
-        ``label_noise`` is listed only when it is not 0.
+        ``label_noise`` is listed only when it is not 0; ``locality`` and
+        ``locality_scale`` only when ``locality`` is not 0 (the scale is unused then).
         """
         config: dict[str, int | float | bool | None] = {
             "num_nodes": self.num_nodes,
@@ -501,6 +624,9 @@ class SyntheticGraph(GraphDataset):
         }
         if self.label_noise > 0.0:
             config["label_noise"] = self.label_noise
+        if self.locality > 0.0:
+            config["locality"] = self.locality
+            config["locality_scale"] = self.locality_scale
         return config
 
     def load(self) -> Data:
@@ -519,6 +645,8 @@ class SyntheticGraph(GraphDataset):
             val_ratio=self.val_ratio,
             seed=self.seed,
             label_noise=self.label_noise,
+            locality=self.locality,
+            locality_scale=self.locality_scale,
         )
 
     def fingerprint(self) -> str:
