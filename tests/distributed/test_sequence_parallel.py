@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.distributed import SequenceParallel
+from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.sequence_parallel import shard_range, shard_sizes
 from tests.distributed_helpers import run_distributed
 

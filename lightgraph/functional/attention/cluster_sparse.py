@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -17,6 +18,7 @@ from torch.autograd.function import once_differentiable
 
 from lightgraph.utilities.checks import (
     check_bias_table,
+    check_choice,
     check_graph_edge_index,
     check_int,
     check_qkv,
@@ -27,14 +29,18 @@ __all__ = [
     "AUTO_MIN_TILE_FILL",
     "CHUNK_ELEMENTS",
     "CLUSTER_CACHE_DIVISOR",
+    "HUB_MIN_SHARE",
+    "IMPLEMENTATIONS",
+    "NARROW_MAX_SHARE",
+    "HUB_MIN_TILES",
     "NOMINAL_CACHE_BYTES",
     "ClusterSparseLayout",
     "cluster_sparse_attention",
     "default_num_clusters",
 ]
 
-#: Scores (tiles x heads x d_b^2) the cluster-sparse kernel computes per step: about 1 MiB
-#: of float32, so a chunk's intermediates stay in a CPU core's L2 cache.
+#: Scores (rows x heads x d_b x keys) the cluster-sparse kernel computes per step: about
+#: 1 MiB of float32, so a chunk's intermediates stay in a CPU core's L2 cache.
 CHUNK_ELEMENTS: int = 1 << 18
 
 #: The integer :math:`i` of the thesis's rule :math:`k = \lfloor\sqrt{Q_{L2} / (i\,d)}\rfloor`.
@@ -49,7 +55,38 @@ NOMINAL_CACHE_BYTES: int = 6 * 2**20
 #: Tile fill (:attr:`ClusterSparseLayout.tile_fill`) from which ``kind="auto"`` of
 #: :func:`~lightgraph.functional.attention.attend` runs the cluster-sparse kernel instead of
 #: the CSR sparse kernel. A constant, so the choice depends on the input only.
-AUTO_MIN_TILE_FILL: float = 0.5
+#:
+#: Measured crossover (2026-11-24; a 2-core shared VM CPU, torch 2.13 CPU build, 2
+#: threads; one layer fwd+bwd, H = 8, D = 8, float32, no bias, default layout: k = 8,
+#: d_b = 16, threshold 0; minimum of 5-7 interleaved runs per kernel) over 46 patterns at
+#: S = 16K and 64K -- ``bench_attention.py``'s ``local`` (mean distance 4 / 16 / 64, far
+#: share 0 / 0.02 / 0.1) and ``blocky`` (degree 8-64, communities of 16-64, far share
+#: 0 / 0.02) generators, 11-44 entries per query: every pattern with ``tile_fill >= 0.40``
+#: ran faster on the cluster-sparse kernel (0.26-0.87x the CSR kernel's time); from 0.245
+#: to 0.40 it won only with many entries per query (>= 17 at 64K, >= 29 at 16K: 0.41-0.93x)
+#: and lost with about 12 (1.17-1.42x); below 0.245 it always lost (1.25-3.05x). 0.40 is
+#: the fill above which it won every measured case.
+AUTO_MIN_TILE_FILL: float = 0.4
+
+#: A token whose query row (key column) has pairs in at least ``max(HUB_MIN_TILES,
+#: ceil(HUB_MIN_SHARE * G))`` tiles (``G`` tile segments) is a *hub*: its row (column) is
+#: taken out of the tiles and computed as a strip (see :class:`ClusterSparseLayout`). A
+#: strip costs about ``G d_b`` scores, a tile ``d_b^2``, so a hub whose tiles it leaves
+#: empty saves ``d_b`` times more than its strip costs once ``HUB_MIN_SHARE`` of the
+#: tiles are freed. Typical hub: the global token, whose row and column touch every tile.
+HUB_MIN_TILES: int = 8
+
+#: See :data:`HUB_MIN_TILES`.
+HUB_MIN_SHARE: float = 0.25
+
+#: A tile whose pairs use at most ``floor(NARROW_MAX_SHARE * d_b)`` key columns (8 of 16)
+#: is *narrow*: the kernel computes those key columns one by one (``d_b`` scores each)
+#: instead of the whole ``d_b x d_b`` tile. A random long-range edge makes a tile with one
+#: pair: one column instead of 256 scores.
+NARROW_MAX_SHARE: float = 0.5
+
+#: The implementations of :func:`cluster_sparse_attention`.
+IMPLEMENTATIONS: tuple[str, ...] = ("tiles", "flex")
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -103,6 +140,24 @@ class ClusterSparseLayout:
     Building is vectorised (sorting and scatters over entries and tiles) and runs whenever
     the threshold changes.
 
+    *Hubs* change how the pairs are computed, never which: after the rule, a query whose
+    row has pairs in at least ``hub_min_tiles`` tiles (a global token's row has one in
+    every tile column) is a hub query, and all its pairs move to the *row strip*
+    (``[len(hub_rows), S]``, computed as one dense row per hub against every key); then a
+    key whose column (among the other queries) has pairs in at least ``hub_min_tiles``
+    tiles is a hub key, and its pairs move to the *column strip* (``[S, len(hub_cols)]``,
+    appended as extra keys to every tile row). Tiles left without a pair are dropped.
+
+    *Narrow tiles* change the computation too, never the pairs: a tile whose pairs use at
+    most ``narrow_max_keys`` of its ``d_b`` key columns (a random long-range edge makes a
+    tile with one pair) is computed as those *key columns* only -- ``d_b`` scores each
+    instead of ``d_b^2`` for the tile; the other tiles are *wide*.
+
+    The kernel computes the tile rows in *row groups*: rows with the same count ``n`` of
+    wide tiles, whose ``n`` key segments, then their key columns (padded to the most in
+    the chunk), then the hub keys sit side by side, so a query's softmax runs over one
+    contiguous row of ``W = n d_b + c + len(hub_cols)`` scores.
+
     Args:
         edge_index: ``[2, E]`` pattern, row 0 the key (source) token, row 1 the query.
         num_tokens: sequence length ``S``.
@@ -111,6 +166,11 @@ class ClusterSparseLayout:
         threshold: transfer threshold :math:`\\beta_{thre}` in ``[0, 1]``.
         edge_bucket: ``[E]`` bias bucket of every entry, or ``None`` for no bias.
         far_bucket: bucket of the pairs a transfer adds.
+        hub_min_tiles: tiles from which a token is a hub; ``None``: ``max(HUB_MIN_TILES,
+            ceil(HUB_MIN_SHARE * G))`` (8, or a quarter of the ``G`` tile segments);
+            0: no hubs.
+        narrow_max_keys: key columns up to which a tile is narrow; ``None``:
+            ``max(1, floor(NARROW_MAX_SHARE * d_b))`` (8 of 16); 0: no narrow tiles.
 
     Attributes:
         cluster_ptr: ``[k + 1]`` first token of every cluster, then ``S``.
@@ -118,13 +178,30 @@ class ClusterSparseLayout:
         cluster_density: ``[k, k]`` float64 :math:`\\beta_C`.
         global_density: :math:`\\beta_G`.
         transferred: ``[k, k]`` bool, the blocks that were transferred.
-        num_tiles_kept: exact (masked) tiles; ``num_tiles_transferred``: dense tiles.
+        num_tiles_kept: exact (masked) tiles of the rule; ``num_tiles_transferred``: dense
+            tiles of the rule (before the hubs leave; :attr:`num_tiles` is what is computed).
         num_entries_added: pairs the dense tiles add; ``num_entries_dropped``: entries of
             transferred blocks outside the chosen tiles; ``num_entries``: pairs attended.
         segment_token: ``[G, d_b]`` tokens of every tile row/column segment (``S`` pads).
-        tile_row, tile_col: ``[T]`` segment of every active tile, sorted row-major.
-        tile_mask: ``[T, d_b, d_b]`` bool, which pairs of a tile attend.
+        tile_row, tile_col: ``[T]`` segment of every computed tile, sorted row-major.
+        tile_dense: ``[T]`` bool, the tiles a transfer made dense.
+        tile_mask: ``[T, d_b, d_b]`` bool, which pairs of a tile attend (hub pairs not).
         tile_bucket: ``[T, d_b, d_b]`` bias bucket of every pair (``None`` without buckets).
+        hub_threshold: the ``hub_min_tiles`` in use.
+        hub_rows: ``[n_r]`` hub queries; ``row_strip_mask`` ``[n_r, S]`` bool their pairs,
+            ``row_strip_bucket`` ``[n_r, S]`` their buckets (``None`` without buckets).
+        hub_cols: ``[n_c]`` hub keys; ``col_strip_mask`` ``[S, n_c]`` bool their pairs with
+            the other queries, ``col_strip_bucket`` ``[S, n_c]``.
+        narrow_threshold: the ``narrow_max_keys`` in use; ``tile_narrow`` ``[T]`` bool, the
+            narrow tiles.
+        keycol_row, keycol_token: ``[C]`` tile row and key token of every key column
+            (sorted by row); ``keycol_mask`` ``[C, d_b]`` bool, the row's queries that
+            attend it; ``keycol_bucket`` ``[C, d_b]`` (``None`` without buckets).
+        num_key_columns: ``C``; ``num_row_groups``: row groups; ``num_rows_computed``: tile
+            rows the kernel computes.
+        num_scores: scores the kernel computes per head (the padding of key columns to a
+            chunk's most not counted): ``d_b^2`` per wide tile, ``d_b`` per key column,
+            ``G d_b`` per hub query and ``d_b`` per hub key and computed row.
     """
 
     def __init__(
@@ -136,6 +213,8 @@ class ClusterSparseLayout:
         threshold: float = 0.0,
         edge_bucket: Tensor | None = None,
         far_bucket: int = 0,
+        hub_min_tiles: int | None = None,
+        narrow_max_keys: int | None = None,
     ) -> None:
         owner = "ClusterSparseLayout"
         if not isinstance(num_tokens, int) or num_tokens < 1:
@@ -161,10 +240,15 @@ class ClusterSparseLayout:
             )
         if not isinstance(far_bucket, int) or far_bucket < 0:
             raise ValueError(f"{owner}: expected `far_bucket` >= 0 but got {far_bucket!r}.")
+        if hub_min_tiles is not None:
+            check_int(owner, "hub_min_tiles", hub_min_tiles, 0)
+        if narrow_max_keys is not None:
+            check_int(owner, "narrow_max_keys", narrow_max_keys, 0)
         self.num_tokens, self.num_clusters, self.block_size = num_tokens, num_clusters, block_size
         self.threshold, self.far_bucket = float(threshold), far_bucket
-        self._additive_masks: dict[torch.dtype, Tensor] = {}
-        self._chunks: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.hub_min_tiles, self.narrow_max_keys = hub_min_tiles, narrow_max_keys
+        self._plans: dict[tuple[int, torch.dtype, int], list[_Chunk]] = {}
+        self._flex: dict[tuple[int, int], Any] = {}  # flex.py's structures per block size
         self._build(edge_index, edge_bucket)
 
     def _build(self, edge_index: Tensor, edge_bucket: Tensor | None) -> None:
@@ -258,7 +342,7 @@ class ClusterSparseLayout:
 
         self.segment_token = seg_token
         self.token_position = token_seg * db + token_off
-        self.tiles_per_row = torch.bincount(self.tile_row, minlength=G)
+        self._pad_places = (seg_token.reshape(-1) == S).nonzero().squeeze(1)
         self.num_tiles_transferred = int(dense.numel())
         self.num_tiles_kept = T - self.num_tiles_transferred
         self.num_entries_dropped = int((~keep).sum())
@@ -266,67 +350,259 @@ class ClusterSparseLayout:
         dense_area = int((rows_ok.sum(1) * cols_ok.sum(1)).sum())
         self.num_entries_added = dense_area - in_dense
         self.num_entries = E - self.num_entries_dropped + self.num_entries_added
+        self._take_hubs()
+        self._take_key_columns()
+        self.tiles_per_row = torch.bincount(self.tile_row[~self.tile_narrow], minlength=G)
+        self._build_row_groups()
 
-    def additive_mask(self, dtype: torch.dtype) -> Tensor:
-        """``[T, 1, d_b, d_b]``: 0 where a pair attends, ``-inf`` elsewhere (cached per dtype)."""
-        cached = self._additive_masks.get(dtype)
-        if cached is None:
-            cached = torch.zeros(self.tile_mask.shape, dtype=dtype, device=self.tile_mask.device)
-            cached = cached.masked_fill_(~self.tile_mask, float("-inf")).unsqueeze(1)
-            self._additive_masks[dtype] = cached
-        return cached
+    def _take_hubs(self) -> None:
+        """Move the pairs of hub queries and hub keys out of the tiles into the strips."""
+        S, db = self.num_tokens, self.block_size
+        G = self.segment_token.shape[0]
+        device = self.tile_mask.device
+        hub_min = self.hub_min_tiles
+        if hub_min is None:
+            hub_min = max(HUB_MIN_TILES, math.ceil(HUB_MIN_SHARE * G))
+        self.hub_threshold = hub_min
+        mask, tb = self.tile_mask, self.tile_bucket
+        q_tok = self.segment_token[self.tile_row]  # [T, d_b] token of every query line
+        k_tok = self.segment_token[self.tile_col]  # [T, d_b] token of every key line
+        token_pad = torch.full((S + 1,), -1, dtype=torch.long, device=device)
 
-    def chunks(self, num_heads: int) -> list[tuple[int, int, int, int]]:
-        """Runs of whole tile rows ``(g0, g1, t0, t1)`` (segments ``g0:g1``, tiles ``t0:t1``)
-        of about :data:`CHUNK_ELEMENTS` scores each (a row longer than that is one chunk).
-        Cached per head count."""
-        cached = self._chunks.get(num_heads)
+        def hubs(lines: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+            """Tokens with pairs in at least ``hub_min`` tiles, and every token's hub index."""
+            touched = torch.bincount(tokens[lines], minlength=S + 1)[:S]
+            found = (touched >= hub_min).nonzero().squeeze(1) if hub_min > 0 else touched[:0]
+            index = token_pad.clone()
+            index[found] = torch.arange(found.numel(), device=device)
+            return found, index
+
+        def strip(shape: tuple[int, int], at: tuple[Tensor, Tensor], t, i, j):
+            strip_mask = torch.zeros(shape, dtype=torch.bool, device=device)
+            strip_mask[at] = True
+            strip_bucket = None
+            if tb is not None:
+                strip_bucket = torch.full(shape, self.far_bucket, dtype=torch.long, device=device)
+                strip_bucket[at] = tb[t, i, j]
+            return strip_mask, strip_bucket
+
+        # Hub queries take their whole row (hub keys included).
+        self.hub_rows, row_index = hubs(mask.any(2), q_tok)
+        hub_line = row_index[q_tok] >= 0  # [T, d_b] query lines of hub queries
+        t, i, j = (mask & hub_line[:, :, None]).nonzero().unbind(1)
+        at = (row_index[q_tok[t, i]], k_tok[t, j])
+        self.row_strip_mask, self.row_strip_bucket = strip((self.hub_rows.numel(), S), at, t, i, j)
+        mask = mask & ~hub_line[:, :, None]
+        # Hub keys take their column among the other queries.
+        self.hub_cols, col_index = hubs(mask.any(1), k_tok)
+        hub_line = col_index[k_tok] >= 0  # [T, d_b] key lines of hub keys
+        t, i, j = (mask & hub_line[:, None, :]).nonzero().unbind(1)
+        at = (q_tok[t, i], col_index[k_tok[t, j]])
+        self.col_strip_mask, self.col_strip_bucket = strip((S, self.hub_cols.numel()), at, t, i, j)
+        mask = mask & ~hub_line[:, None, :]
+        # Tiles left without a pair are not computed.
+        kept = mask.flatten(1).any(1)
+        self.tile_row, self.tile_col = self.tile_row[kept], self.tile_col[kept]
+        self.tile_dense, self.tile_mask = self.tile_dense[kept], mask[kept]
+        if tb is not None:
+            self.tile_bucket = tb[kept]
+
+    def _take_key_columns(self) -> None:
+        """Mark the narrow tiles and list their key columns."""
+        db = self.block_size
+        most = self.narrow_max_keys
+        if most is None:
+            most = max(1, math.floor(NARROW_MAX_SHARE * db))
+        self.narrow_threshold = most
+        used = self.tile_mask.any(1)  # [T, d_b] key columns with a pair
+        self.tile_narrow = used.sum(1) <= most
+        t, j = (used & self.tile_narrow[:, None]).nonzero().unbind(1)  # row-major: by row
+        self.keycol_row = self.tile_row[t]
+        self.keycol_token = self.segment_token[self.tile_col[t], j]
+        self.keycol_mask = self.tile_mask[t, :, j]  # [C, d_b]
+        self.keycol_bucket = None if self.tile_bucket is None else self.tile_bucket[t, :, j]
+
+    def _build_row_groups(self) -> None:
+        """The tile rows the kernel computes, grouped by their wide-tile count ``n``.
+
+        A row's keys are its ``n`` wide tiles' key segments side by side, then its key
+        columns (padded per chunk), then the hub keys; one softmax runs over all of them.
+        Inside a group, rows are sorted by their key-column count.
+        """
+        db = self.block_size
+        G = self.segment_token.shape[0]
+        device = self.tile_mask.device
+        n_c = self.hub_cols.numel()
+        counts = self.tiles_per_row
+        columns = torch.bincount(self.keycol_row, minlength=G)
+        active = (counts > 0) | (columns > 0)
+        hub_mask = hub_bucket = None
+        if n_c:
+            pad = torch.zeros(1, n_c, dtype=torch.bool, device=device)
+            hub_mask = torch.cat([self.col_strip_mask, pad])[self.segment_token]  # [G, d_b, n_c]
+            active |= hub_mask.flatten(1).any(1)
+            if self.col_strip_bucket is not None:
+                hub_bucket = torch.cat([self.col_strip_bucket, pad.long()])[self.segment_token]
+        rows = active.nonzero().squeeze(1)
+        rows = rows[torch.argsort(columns[rows], stable=True)]
+        rows = rows[torch.argsort(counts[rows], stable=True)]  # by n, then by columns
+        sizes, num = torch.unique_consecutive(counts[rows], return_counts=True)
+        wide = ~self.tile_narrow
+        wide_col, wide_mask = self.tile_col[wide], self.tile_mask[wide]
+        wide_bucket = None if self.tile_bucket is None else self.tile_bucket[wide]
+        first_tile = torch.cumsum(counts, 0) - counts
+        first_column = torch.cumsum(columns, 0) - columns
+        self._row_groups: list[dict[str, Any]] = []
+        self.num_rows_computed = rows.numel()
+        start = 0
+        for n, R in zip(sizes.tolist(), num.tolist(), strict=True):
+            g_rows = rows[start : start + R]
+            start += R
+            ids = (first_tile[g_rows][:, None] + torch.arange(n, device=device)).reshape(-1)
+            mask = wide_mask[ids].view(R, n, db, db).transpose(1, 2).reshape(R, db, n * db)
+            bucket = None
+            if wide_bucket is not None:
+                bucket = wide_bucket[ids].view(R, n, db, db).transpose(1, 2)
+                bucket = bucket.reshape(R, db, n * db)
+            self._row_groups.append(
+                {
+                    "n": n,
+                    "rows": g_rows,
+                    "cols": wide_col[ids],
+                    "mask": mask,
+                    "bucket": bucket,
+                    "hub_mask": None if hub_mask is None else hub_mask[g_rows],
+                    "hub_bucket": None if hub_bucket is None else hub_bucket[g_rows],
+                    "columns": columns[g_rows],
+                    "first_column": first_column[g_rows],
+                }
+            )
+        self.num_row_groups = len(self._row_groups)
+        # Key positions of every hub query's row strip in the [G d_b] segment order.
+        pad = torch.zeros(self.hub_rows.numel(), 1, dtype=torch.bool, device=device)
+        self._row_strip_blocked = ~torch.cat([self.row_strip_mask, pad], 1)[
+            :, self.segment_token.reshape(-1)
+        ]
+        self._row_strip_bucket = None
+        if self.row_strip_bucket is not None:
+            b = torch.cat([self.row_strip_bucket, pad.long()], 1)
+            self._row_strip_bucket = b[:, self.segment_token.reshape(-1)]
+        self.num_key_columns = self.keycol_token.numel()
+        self.num_scores = (
+            int(wide.sum()) * db * db
+            + self.num_key_columns * db
+            + self.hub_rows.numel() * G * db
+            + n_c * db * self.num_rows_computed
+        )
+
+    def _chunk(self, group: dict[str, Any], a: int, b: int, dtype: torch.dtype) -> _Chunk:
+        """Rows ``a:b`` of a row group as a chunk: key columns padded to the chunk's most."""
+        n = group["n"]
+        device = group["rows"].device
+        rows = group["rows"][a:b]
+        parts, buckets = [group["mask"][a:b]], [group["bucket"]]
+        if group["bucket"] is not None:
+            buckets = [group["bucket"][a:b]]
+        width = int(group["columns"][a:b].max()) if b > a else 0
+        key_place = key_pad = None
+        if width:
+            step = torch.arange(width, device=device)
+            valid = step < group["columns"][a:b, None]
+            at = torch.where(valid, group["first_column"][a:b, None] + step, 0)
+            key_place = torch.where(valid, self.token_position[self.keycol_token[at]], 0)
+            if not bool(valid.all()):
+                key_pad = (~valid).reshape(-1).nonzero().squeeze(1)  # zeroed when gathered
+            parts.append((self.keycol_mask[at] & valid[..., None]).transpose(1, 2))
+            if self.keycol_bucket is not None:
+                buckets.append(self.keycol_bucket[at].transpose(1, 2))
+        if group["hub_mask"] is not None:
+            parts.append(group["hub_mask"][a:b])
+            if group["hub_bucket"] is not None:
+                buckets.append(group["hub_bucket"][a:b])
+        attend = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
+        mask = None
+        if not bool(attend.all()):
+            mask = torch.zeros(attend.shape, dtype=dtype, device=device)
+            mask = mask.masked_fill_(~attend, float("-inf"))
+        bucket = None
+        if self.tile_bucket is not None:
+            bucket = torch.cat(buckets, dim=2) if len(buckets) > 1 else buckets[0]
+            if self.max_bucket < 2**31:
+                bucket = bucket.int()
+        return _Chunk(rows, group["cols"][a * n : b * n], key_place, key_pad, mask, bucket)
+
+    def plan(self, num_heads: int, dtype: torch.dtype) -> list[_Chunk]:
+        """The kernel's chunks for ``num_heads`` heads: runs of rows of one row group of
+        about :data:`CHUNK_ELEMENTS` scores each (a row longer than that is one chunk),
+        with their additive masks in ``dtype``. Cached per head count, dtype and chunk
+        size."""
+        key = (num_heads, dtype, CHUNK_ELEMENTS)
+        cached = self._plans.get(key)
         if cached is None:
-            per_chunk = max(1, CHUNK_ELEMENTS // (num_heads * self.block_size**2))
-            tile_end = torch.cumsum(self.tiles_per_row, 0)
-            chunk_of_row = (tile_end - self.tiles_per_row) // per_chunk
-            _, rows_per_chunk = torch.unique_consecutive(chunk_of_row, return_counts=True)
-            row_end = torch.cumsum(rows_per_chunk, 0)
-            g = [0] + row_end.tolist()
-            t = [0] + tile_end[row_end - 1].tolist()
-            cached = [
-                (g[i], g[i + 1], t[i], t[i + 1]) for i in range(len(g) - 1) if t[i + 1] > t[i]
-            ]
-            self._chunks[num_heads] = cached
+            cached = []
+            db, n_c = self.block_size, self.hub_cols.numel()
+            for group in self._row_groups:
+                R, columns, n = group["rows"].numel(), group["columns"].tolist(), group["n"]
+
+                def rows_for(width: int, n: int = n) -> int:
+                    return max(1, CHUNK_ELEMENTS // (num_heads * db * (n * db + width + n_c)))
+
+                a = 0
+                while a < R:
+                    b = min(R, a + rows_for(columns[a]))
+                    b = min(b, a + rows_for(columns[b - 1]))  # rows are sorted by columns
+                    cached.append(self._chunk(group, a, b, dtype))
+                    a = b
+            self._plans[key] = cached
         return cached
 
     @property
     def num_tiles(self) -> int:
-        """Active tiles ``T`` (exact plus transferred)."""
+        """Tiles ``T``: the rule's exact and transferred tiles, less those the hub strips
+        emptied (wide and narrow)."""
         return self.tile_row.numel()
 
     @property
     def tile_fill(self) -> float:
-        """Share of the computed scores that are attended pairs:
-        ``num_entries / (num_tiles * block_size ** 2)`` (1.0 for a layout without tiles).
+        """Share of the scores the kernel computes that are attended pairs:
+        ``num_entries / num_scores`` (1.0 for a layout without scores).
 
-        The tile kernel computes every score of an active tile, so ``1 / tile_fill`` is its
+        ``num_scores`` counts ``block_size ** 2`` scores per wide tile, ``block_size``
+        per key column of the narrow tiles, and the hub strips (``G d_b`` per hub query,
+        ``d_b`` per hub key and computed tile row), so ``1 / tile_fill`` is the kernel's
         work per attended pair; ``kind="auto"`` of
         :func:`~lightgraph.functional.attention.attend` compares it with
         :data:`AUTO_MIN_TILE_FILL`.
         """
-        if self.num_tiles == 0:
+        if self.num_scores == 0:
             return 1.0
-        return self.num_entries / (self.num_tiles * self.block_size**2)
+        return self.num_entries / self.num_scores
 
     def pattern(self) -> tuple[Tensor, Tensor | None]:
-        """The pairs the layout attends.
+        """The pairs the layout attends (tiles and hub strips).
 
         Returns:
             ``edge_index`` ``[2, E']`` (row 0 key, row 1 query; sorted by query, then key)
             and the ``[E']`` bucket of every pair (``None`` for a layout without buckets).
         """
         t, i, j = self.tile_mask.nonzero().unbind(1)
-        query = self.segment_token[self.tile_row[t], i]
-        key = self.segment_token[self.tile_col[t], j]
+        r, rk = self.row_strip_mask.nonzero().unbind(1)
+        cq, c = self.col_strip_mask.nonzero().unbind(1)
+        query = torch.cat(
+            [self.segment_token[self.tile_row[t], i], self.hub_rows[r], cq]
+        )
+        key = torch.cat([self.segment_token[self.tile_col[t], j], rk, self.hub_cols[c]])
         order = torch.argsort(query * self.num_tokens + key)
         edge_index = torch.stack([key[order], query[order]])
-        bucket = None if self.tile_bucket is None else self.tile_bucket[t, i, j][order]
+        bucket = None
+        if self.tile_bucket is not None:
+            bucket = torch.cat(
+                [
+                    self.tile_bucket[t, i, j],
+                    self.row_strip_bucket[r, rk],
+                    self.col_strip_bucket[cq, c],
+                ]
+            )[order]
         return edge_index, bucket
 
     def to(self, device: torch.device | str) -> ClusterSparseLayout:
@@ -335,7 +611,11 @@ class ClusterSparseLayout:
         for name, value in vars(self).items():
             if isinstance(value, Tensor):
                 setattr(out, name, value.to(device))
-        out._additive_masks, out._chunks = {}, {}
+        out._row_groups = [
+            {key: x.to(device) if isinstance(x, Tensor) else x for key, x in group.items()}
+            for group in self._row_groups
+        ]
+        out._plans, out._flex = {}, {}
         return out
 
     def __repr__(self) -> str:
@@ -347,27 +627,92 @@ class ClusterSparseLayout:
         )
 
 
+class _Chunk(NamedTuple):
+    """Rows ``[R]`` of one row group, their wide tiles' key segments ``[R n]``, their key
+    columns ``[R, c]`` (places ``g d_b + i`` in the segment order; ``None``: no columns)
+    and the padded ones among those ``R c`` (``None``: none), the additive mask
+    ``[R, d_b, W]`` (0 where a pair attends, ``-inf`` elsewhere; ``None``: every pair
+    attends) and the buckets ``[R, d_b, W]`` (``None``: no bias)."""
+
+    rows: Tensor
+    cols: Tensor
+    key_place: Tensor | None
+    key_pad: Tensor | None
+    mask: Tensor | None
+    bucket: Tensor | None
+
+
 def _to_segments(x: Tensor, layout: ClusterSparseLayout) -> Tensor:
-    """``[S, H, D]`` -> ``[G, H, d_b, D]`` (zero rows where a segment is padded)."""
-    padded = torch.cat([x, x.new_zeros((1,) + tuple(x.shape[1:]))])
-    return padded[layout.segment_token].permute(0, 2, 1, 3).contiguous()
+    """``[S, H, D]`` -> head-major ``[H, G, d_b, D]``: place ``(g, i)`` holds token
+    ``segment_token[g, i]``, padded places are zero."""
+    S, H, D = x.shape
+    G, db = layout.segment_token.shape
+    # Padding reads token S - 1 and is zeroed after: cheaper than concatenating a zero row.
+    index = layout.segment_token.reshape(-1).clamp(max=S - 1)
+    seg = x.index_select(0, index)  # index_select: much faster than x[index]
+    seg = seg.view(G, db, H, D).permute(2, 0, 1, 3).contiguous()
+    if layout._pad_places.numel():
+        seg.view(H, G * db, D)[:, layout._pad_places] = 0
+    return seg
 
 
-def _from_segments(x: Tensor, layout: ClusterSparseLayout) -> Tensor:
-    """``[G, H, d_b, D]`` -> ``[S, H, D]``."""
-    G, H, db, D = x.shape
-    return x.permute(0, 2, 1, 3).reshape(G * db, H, D)[layout.token_position]
+def _from_segments_t(x: Tensor, layout: ClusterSparseLayout) -> Tensor:
+    """Transposed segments ``[G, H, D, d_b]`` -> ``[S, H, D]``."""
+    G, H, D, db = x.shape
+    return x.permute(0, 3, 1, 2).reshape(G * db, H, D).index_select(0, layout.token_position)
 
 
-def _tile_logits(
-    qs: Tensor, ks: Tensor, bias_table: Tensor | None, layout: ClusterSparseLayout, t0: int, t1: int
+def _segment_keys(xs: Tensor, hub: Tensor | None, chunk: _Chunk) -> Tensor:
+    """``[H, R, W, D]``: a chunk's keys -- its rows' wide-tile segments side by side, then
+    the key columns (zero where padded), then the hub keys."""
+    H, G, db, D = xs.shape
+    R = chunk.rows.numel()
+    keys = xs.index_select(1, chunk.cols).view(H, R, -1, D)
+    parts = [keys]
+    if chunk.key_place is not None:
+        columns = xs.view(H, G * db, D).index_select(1, chunk.key_place.reshape(-1))
+        if chunk.key_pad is not None:
+            columns.index_fill_(1, chunk.key_pad, 0.0)
+        parts.append(columns.view(H, R, -1, D))
+    if hub is not None:
+        parts.append(hub[:, None].expand(H, R, hub.shape[1], D))
+    return torch.cat(parts, dim=2) if len(parts) > 1 else keys
+
+
+def _chunk_logits(
+    qs: Tensor,
+    ks: Tensor,
+    k_hub: Tensor | None,
+    table_t: Tensor | None,
+    chunk: _Chunk,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Masked, biased base-2 scores ``[H, R, d_b, W]`` of a chunk, with its ``Q`` and ``K``."""
+    Q = qs.index_select(1, chunk.rows)
+    K = _segment_keys(ks, k_hub, chunk)
+    logits = torch.matmul(Q, K.transpose(-1, -2))
+    if table_t is not None:
+        logits += table_t.index_select(1, chunk.bucket.reshape(-1)).view(logits.shape)
+    if chunk.mask is not None:
+        logits += chunk.mask
+    return logits, Q, K
+
+
+def _strip_logits(
+    q_rows: Tensor, ks_flat: Tensor, table_t: Tensor | None, layout: ClusterSparseLayout, r: slice
 ) -> Tensor:
-    """Masked, biased scores ``[t1 - t0, H, d_b, d_b]`` of active tiles ``t0:t1``."""
-    rows, cols = layout.tile_row[t0:t1], layout.tile_col[t0:t1]
-    logits = torch.matmul(qs.index_select(0, rows), ks.index_select(0, cols).transpose(-1, -2))
-    if bias_table is not None:
-        logits += bias_table[layout.tile_bucket[t0:t1]].permute(0, 3, 1, 2)
-    return logits.add_(layout.additive_mask(logits.dtype)[t0:t1])
+    """Masked, biased base-2 scores ``[H, c, G d_b]`` of hub queries ``r`` against every key."""
+    logits = torch.matmul(q_rows, ks_flat.transpose(-1, -2))
+    if table_t is not None:
+        bucket = layout._row_strip_bucket[r]
+        logits += table_t.index_select(1, bucket.reshape(-1)).view(logits.shape)
+    return logits.masked_fill_(layout._row_strip_blocked[r], float("-inf"))
+
+
+def _strip_slices(layout: ClusterSparseLayout, num_heads: int) -> list[slice]:
+    """Runs of hub queries of about :data:`CHUNK_ELEMENTS` scores each."""
+    n_r, width = layout.hub_rows.numel(), layout.segment_token.numel()
+    step = max(1, CHUNK_ELEMENTS // (num_heads * width))
+    return [slice(a, min(n_r, a + step)) for a in range(0, n_r, step)]
 
 
 def _dropout_keep(like: Tensor, p: float, seed: int, chunk: int) -> Tensor:
@@ -376,17 +721,46 @@ def _dropout_keep(like: Tensor, p: float, seed: int, chunk: int) -> Tensor:
     return torch.rand(like.shape, generator=gen, dtype=like.dtype, device=like.device) >= p
 
 
-class _ClusterSparseAttention(torch.autograd.Function):
-    """Batched tile matmuls with a softmax across the tiles of every tile row.
+def _scatter_keys(
+    acc: Tensor,
+    place_acc: Tensor | None,
+    hub_acc: Tensor | None,
+    grad_t: Tensor,
+    chunk: _Chunk,
+    db: int,
+) -> None:
+    """Add transposed key gradients ``[H, R, D, W]`` into ``acc`` ``[G, H, D, d_b]`` (wide
+    tiles, by segment), ``place_acc`` ``[G d_b, H, D]`` (key columns, by place in the
+    segment order; padded columns add zeros) and ``hub_acc`` ``[H, D, n_c]`` (hub keys)."""
+    H, R, D, _ = grad_t.shape
+    n = chunk.cols.numel() // R
+    end = n * db
+    tiles = grad_t[..., :end].reshape(H, R, D, n, db).permute(1, 3, 0, 2, 4)
+    # A contiguous source: index_add_ takes a much slower path for a strided one.
+    acc.index_add_(0, chunk.cols, tiles.reshape(R * n, H, D, db).contiguous())
+    if chunk.key_place is not None:
+        c = chunk.key_place.shape[1]
+        columns = grad_t[..., end : end + c].permute(1, 3, 0, 2).reshape(R * c, H, D)
+        place_acc.index_add_(0, chunk.key_place.reshape(-1), columns.contiguous())
+        end += c
+    if hub_acc is not None:
+        hub_acc += grad_t[..., end:].sum(1)
 
-    Runs over chunks of whole tile rows (:meth:`ClusterSparseLayout.chunks`), so every
-    softmax completes inside one chunk and a chunk's tiles stay in cache. Only the row
-    maxima :math:`m` and sums :math:`\\Sigma` of the softmax are kept (in base 2:
-    scores and bias are scaled by :math:`\\log_2 e`); the backward recomputes each chunk's
-    weights :math:`e = 2^{s - m}` and folds :math:`1/\\Sigma`
-    into the output gradient: :math:`dv = e^\\top dO'` and :math:`ds = e\\,(dO' v^\\top -
-    dO' \\cdot o)` with :math:`dO' = dO / \\Sigma`. Dropout masks are regenerated from a
-    per-call seed.
+
+class _ClusterSparseAttention(torch.autograd.Function):
+    """Row-group matmuls over the tiles, plus the hub strips, with one softmax per query.
+
+    Every chunk holds whole tile rows with the same wide-tile count ``n``: their queries
+    ``[H, R, d_b, D]`` multiply their ``W = n d_b + c + n_c`` keys (the row's wide-tile
+    segments side by side, its key columns, then the hub keys) in one batched matmul, and
+    the softmax of a query runs over the last dimension. Products whose output would be ``D`` wide are taken
+    transposed (``D x d_b`` and ``D x W`` outputs; a batched GEMM with an 8-wide output is
+    about 3x slower on CPU). Hub queries' rows are computed apart, against every key.
+    Only the row maxima :math:`m` and sums :math:`\\Sigma` of the softmax are kept (in
+    base 2: scores and bias are scaled by :math:`\\log_2 e`); the backward recomputes each
+    chunk's weights :math:`e = 2^{s - m}` and folds :math:`1/\\Sigma` into the output
+    gradient: :math:`dv = e^\\top dO'` and :math:`ds = e\\,(dO' v^\\top - dO' \\cdot o)`
+    with :math:`dO' = dO / \\Sigma`. Dropout masks are regenerated from a per-call seed.
     """
 
     @staticmethod
@@ -401,87 +775,178 @@ class _ClusterSparseAttention(torch.autograd.Function):
         dropout_p: float,
     ) -> Tensor:
         # Base-2 scores: exp2 skips the slow path exp takes on the -inf of masked pairs.
-        qs = _to_segments(q * (scale * _LOG2E), layout)
+        qs = _to_segments(q, layout).mul_(scale * _LOG2E)
         ks, vs = _to_segments(k, layout), _to_segments(v, layout)
-        table = None if bias_table is None else bias_table * _LOG2E
-        G, H, db, _ = qs.shape
-        # Rows without tiles keep these: zero output, no shift, unit sum.
-        out_seg = torch.zeros_like(vs)
+        H, G, db, _ = qs.shape
+        Dv = vs.shape[-1]
+        k_hub = v_hub = None
+        if layout.hub_cols.numel():
+            k_hub = k[layout.hub_cols].permute(1, 0, 2).contiguous()
+            v_hub = v[layout.hub_cols].permute(1, 0, 2).contiguous()
+        table_t = None if bias_table is None else (bias_table * _LOG2E).t().contiguous()
+        # Rows without pairs keep these: zero output, no shift, unit sum.
+        out_t = qs.new_zeros(G, H, Dv, db)
         row_max, denom = qs.new_zeros(G, H, db), qs.new_ones(G, H, db)
         seed = int(torch.randint(0, 2**62, (1,))) if dropout_p > 0.0 else 0
-        for chunk, (g0, g1, t0, t1) in enumerate(layout.chunks(H)):
-            rows, lengths = layout.tile_row[t0:t1] - g0, layout.tiles_per_row[g0:g1]
-            logits = _tile_logits(qs, ks, table, layout, t0, t1)
-            # Softmax of a query row across all tiles of its tile row: a scattered logsumexp.
-            m = torch.segment_reduce(logits.amax(-1), "max", lengths=lengths, axis=0, unsafe=True)
+        plan = layout.plan(H, qs.dtype)
+        for index, chunk in enumerate(plan):
+            logits, _, _ = _chunk_logits(qs, ks, k_hub, table_t, chunk)
+            m = logits.amax(-1, keepdim=True)
             m = m.masked_fill_(torch.isinf(m), 0.0)
-            weights = logits.sub_(m.index_select(0, rows)[..., None]).exp2_()
-            total = torch.segment_reduce(
-                weights.sum(-1), "sum", lengths=lengths, axis=0, unsafe=True
-            )
+            weights = logits.sub_(m).exp2_()
+            total = weights.sum(-1)
             total = total.masked_fill_(total == 0, 1.0)
             if dropout_p > 0.0:
-                keep = _dropout_keep(weights, dropout_p, seed, chunk)
+                keep = _dropout_keep(weights, dropout_p, seed, index)
                 weights = weights.mul_(keep).div_(1.0 - dropout_p)
-            out = torch.matmul(weights, vs.index_select(0, layout.tile_col[t0:t1]))
-            out = torch.segment_reduce(out, "sum", lengths=lengths, axis=0, unsafe=True)
-            out_seg[g0:g1] = out.div_(total[..., None])
-            row_max[g0:g1], denom[g0:g1] = m, total
-        ctx.save_for_backward(qs, ks, vs, row_max, denom, out_seg, bias_table)
+            V = _segment_keys(vs, v_hub, chunk)
+            out = torch.matmul(V.transpose(-1, -2), weights.transpose(-1, -2))  # [H, R, Dv, db]
+            out = out.div_(total[:, :, None, :])
+            out_t.index_copy_(0, chunk.rows, out.transpose(0, 1))
+            row_max.index_copy_(0, chunk.rows, m.squeeze(-1).transpose(0, 1))
+            denom.index_copy_(0, chunk.rows, total.transpose(0, 1))
+        out = _from_segments_t(out_t, layout)
+        strip_stats = []
+        if layout.hub_rows.numel():
+            qs_flat, ks_flat = qs.view(H, G * db, -1), ks.view(H, G * db, -1)
+            vs_flat = vs.view(H, G * db, Dv)
+            at = layout.token_position[layout.hub_rows]
+            for index, r in enumerate(_strip_slices(layout, H), start=len(plan)):
+                logits = _strip_logits(qs_flat[:, at[r]], ks_flat, table_t, layout, r)
+                m = logits.amax(-1, keepdim=True)
+                m = m.masked_fill_(torch.isinf(m), 0.0)
+                weights = logits.sub_(m).exp2_()
+                total = weights.sum(-1, keepdim=True)
+                total = total.masked_fill_(total == 0, 1.0)
+                if dropout_p > 0.0:
+                    keep = _dropout_keep(weights, dropout_p, seed, index)
+                    weights = weights.mul_(keep).div_(1.0 - dropout_p)
+                rows = torch.matmul(weights, vs_flat).div_(total)  # [H, c, Dv]
+                out[layout.hub_rows[r]] = rows.transpose(0, 1)
+                strip_stats += [m, total, rows]
+        saved = (qs, ks, vs, row_max, denom, out_t, bias_table, *strip_stats)
+        ctx.save_for_backward(*saved)
         ctx.layout, ctx.scale, ctx.dropout_p, ctx.seed = layout, scale, dropout_p, seed
-        return _from_segments(out_seg, layout)
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        qs, ks, vs, row_max, denom, out_seg, bias_table = ctx.saved_tensors
-        table = None if bias_table is None else bias_table * _LOG2E
+        qs, ks, vs, row_max, denom, out_t, bias_table, *strip_stats = ctx.saved_tensors
         layout: ClusterSparseLayout = ctx.layout
+        table_t = None if bias_table is None else (bias_table * _LOG2E).t().contiguous()
         p = ctx.dropout_p
         need_q, need_k, need_v, need_table = ctx.needs_input_grad[:4]
-        H = qs.shape[1]
-        do_seg = _to_segments(grad_out, layout).div_(denom[..., None])
+        H, G, db, D = qs.shape
+        Dv = vs.shape[-1]
+        n_c = layout.hub_cols.numel()
+        k_hub = v_hub = None
+        if n_c:
+            at = layout.token_position[layout.hub_cols]
+            k_hub = ks.view(H, G * db, D)[:, at].contiguous()
+            v_hub = vs.view(H, G * db, Dv)[:, at].contiguous()
+        dk_place = dv_place = None  # key columns' gradients by place
+        if layout.num_key_columns:
+            dk_place = qs.new_zeros(G * db, H, D) if need_k else None
+            dv_place = qs.new_zeros(G * db, H, Dv) if need_v else None
+        do_seg = _to_segments(grad_out, layout).div_(denom.transpose(0, 1)[..., None])
         # sum_j p_ij dP_ij = dO_i . o_i, also with dropout (o uses the dropped weights).
-        delta = (do_seg * out_seg).sum(-1, keepdim=True)
-        dq_seg = torch.zeros_like(qs) if need_q else None
-        dk_seg = torch.zeros_like(ks) if need_k else None
-        dv_seg = torch.zeros_like(vs) if need_v else None
+        delta = (do_seg * out_t.permute(1, 0, 3, 2)).sum(-1).transpose(0, 1)  # [G, H, d_b]
+        dq_t = qs.new_zeros(G, H, D, db) if need_q else None
+        dk_t = qs.new_zeros(G, H, D, db) if need_k else None
+        dv_t = qs.new_zeros(G, H, Dv, db) if need_v else None
+        dk_hub = qs.new_zeros(H, D, n_c) if need_k and n_c else None
+        dv_hub = qs.new_zeros(H, Dv, n_c) if need_v and n_c else None
         grad_table = torch.zeros_like(bias_table) if need_table else None
-        for chunk, (g0, g1, t0, t1) in enumerate(layout.chunks(H)):
-            rows, cols = layout.tile_row[t0:t1], layout.tile_col[t0:t1]
-            logits = _tile_logits(qs, ks, table, layout, t0, t1)
-            weights = logits.sub_(row_max.index_select(0, rows)[..., None]).exp2_()
-            keep = _dropout_keep(weights, p, ctx.seed, chunk) if p > 0.0 else None
-            do_tiles = do_seg.index_select(0, rows)
+        plan = layout.plan(H, qs.dtype)
+        for index, chunk in enumerate(plan):
+            rows = chunk.rows
+            logits, Q, K = _chunk_logits(qs, ks, k_hub, table_t, chunk)
+            m = row_max.index_select(0, rows).transpose(0, 1)[..., None]
+            weights = logits.sub_(m).exp2_()
+            keep = _dropout_keep(weights, p, ctx.seed, index) if p > 0.0 else None
+            d_out = do_seg.index_select(1, rows)  # [H, R, d_b, Dv]
+            V = _segment_keys(vs, v_hub, chunk)
             if need_v:
                 attn = weights if keep is None else weights * keep / (1.0 - p)
-                dv_seg.index_add_(0, cols, torch.matmul(attn.transpose(-1, -2), do_tiles))
+                dv = torch.matmul(d_out.transpose(-1, -2), attn)  # [H, R, Dv, W]
+                _scatter_keys(dv_t, dv_place, dv_hub, dv, chunk, db)
             if not (need_q or need_k or need_table):
                 continue
-            d_logits = torch.matmul(do_tiles, vs.index_select(0, cols).transpose(-1, -2))
+            d_logits = torch.matmul(d_out, V.transpose(-1, -2))
             if keep is not None:
                 d_logits = d_logits.mul_(keep).div_(1.0 - p)
-            d_logits = d_logits.sub_(delta.index_select(0, rows)).mul_(weights)
+            d_rows = delta.index_select(0, rows).transpose(0, 1)[..., None]
+            d_logits = d_logits.sub_(d_rows).mul_(weights)
             if need_q:
-                dq = torch.matmul(d_logits, ks.index_select(0, cols))
-                lengths = layout.tiles_per_row[g0:g1]
-                dq_seg[g0:g1] = torch.segment_reduce(
-                    dq, "sum", lengths=lengths, axis=0, unsafe=True
-                )
+                dq = torch.matmul(K.transpose(-1, -2), d_logits.transpose(-1, -2))
+                dq_t.index_copy_(0, rows, dq.transpose(0, 1))  # [R, H, D, d_b]
             if need_k:
-                dk_seg.index_add_(
-                    0, cols, torch.matmul(d_logits.transpose(-1, -2), qs.index_select(0, rows))
-                )
+                dk = torch.matmul(Q.transpose(-1, -2), d_logits)  # [H, R, D, W]
+                _scatter_keys(dk_t, dk_place, dk_hub, dk, chunk, db)
             if need_table:
                 grad_table.index_add_(
-                    0,
-                    layout.tile_bucket[t0:t1].reshape(-1),
-                    d_logits.permute(0, 2, 3, 1).reshape(-1, H),
+                    0, chunk.bucket.reshape(-1), d_logits.permute(1, 2, 3, 0).reshape(-1, H)
                 )
-        grad_q = _from_segments(dq_seg.mul_(ctx.scale), layout) if need_q else None
-        # qs carries scale * log2(e); dk needs q * scale.
-        grad_k = _from_segments(dk_seg.mul_(math.log(2.0)), layout) if need_k else None
-        grad_v = _from_segments(dv_seg, layout) if need_v else None
+        if layout.hub_rows.numel():
+            qs_flat, ks_flat = qs.view(H, G * db, D), ks.view(H, G * db, D)
+            vs_flat = vs.view(H, G * db, Dv)
+            dq_rows = qs.new_zeros(H, layout.hub_rows.numel(), D)
+            # Key gradients of the strips, transposed: [H, D, G d_b].
+            dk_flat = qs.new_zeros(H, D, G * db) if need_k else None
+            dv_flat = qs.new_zeros(H, Dv, G * db) if need_v else None
+            at = layout.token_position[layout.hub_rows]
+            for index, r in enumerate(_strip_slices(layout, H)):
+                m, total, out_rows = strip_stats[3 * index : 3 * index + 3]
+                q_rows = qs_flat[:, at[r]]
+                logits = _strip_logits(q_rows, ks_flat, table_t, layout, r)
+                probs = logits.sub_(m).exp2_().div_(total)
+                keep = None
+                if p > 0.0:
+                    keep = _dropout_keep(probs, p, ctx.seed, len(plan) + index)
+                d_out = grad_out[layout.hub_rows[r]].transpose(0, 1)  # [H, c, Dv]
+                if need_v:
+                    attn = probs if keep is None else probs * keep / (1.0 - p)
+                    dv_flat += torch.matmul(d_out.transpose(-1, -2), attn)  # [H, Dv, G d_b]
+                if not (need_q or need_k or need_table):
+                    continue
+                d_logits = torch.matmul(d_out, vs_flat.transpose(-1, -2))
+                if keep is not None:
+                    d_logits = d_logits.mul_(keep).div_(1.0 - p)
+                d_rows = (d_out * out_rows).sum(-1, keepdim=True)
+                d_logits = d_logits.sub_(d_rows).mul_(probs)
+                if need_q:
+                    dq_rows[:, r] = torch.matmul(d_logits, ks_flat)
+                if need_k:
+                    dk_flat += torch.matmul(q_rows.transpose(-1, -2), d_logits)  # [H, D, G d_b]
+                if need_table:
+                    bucket = layout._row_strip_bucket[r].reshape(-1)
+                    grad_table.index_add_(0, bucket, d_logits.permute(1, 2, 0).reshape(-1, H))
+            if need_k:
+                dk_t += dk_flat.view(H, D, G, db).permute(2, 0, 1, 3)
+            if need_v:
+                dv_t += dv_flat.view(H, Dv, G, db).permute(2, 0, 1, 3)
+        for acc, place_acc in ((dk_t, dk_place), (dv_t, dv_place)):
+            if place_acc is not None:
+                acc += place_acc.view(G, db, H, -1).permute(0, 2, 3, 1)
+        grad_q = grad_k = grad_v = None
+        if need_q:
+            grad_q = _from_segments_t(dq_t, layout)
+            if layout.hub_rows.numel():
+                grad_q[layout.hub_rows] += dq_rows.transpose(0, 1)
+            grad_q = grad_q.mul_(ctx.scale)
+        if need_k:
+            # qs carries scale * log2(e); dk needs q * scale.
+            grad_k = _from_segments_t(dk_t, layout)
+
+            if n_c:
+                grad_k[layout.hub_cols] += dk_hub.permute(2, 0, 1)
+            grad_k = grad_k.mul_(math.log(2.0))
+        if need_v:
+            grad_v = _from_segments_t(dv_t, layout)
+
+            if n_c:
+                grad_v[layout.hub_cols] += dv_hub.permute(2, 0, 1)
         return grad_q, grad_k, grad_v, grad_table, None, None, None
 
 
@@ -492,6 +957,7 @@ def cluster_sparse_attention(
     layout: ClusterSparseLayout,
     bias_table: Tensor | None = None,
     dropout_p: float = 0.0,
+    implementation: str = "tiles",
 ) -> Tensor:
     """Attention over the pairs of a :class:`ClusterSparseLayout`, computed tile by tile.
 
@@ -501,20 +967,31 @@ def cluster_sparse_attention(
         \\mathbf{v}_j
 
     with :math:`\\mathcal{P}(i)` the keys of query :math:`i` in ``layout.pattern()``.
-    The active tiles' query and key segments are gathered into ``[T, H, d_b, D]`` batches
-    and multiplied as dense blocks; a query row's softmax spans all tiles of its tile row
-    (max over tiles, then the sum of exponentials), and each tile's ``probs @ v`` is summed
-    into the output. Work runs in chunks of whole tile rows of about :data:`CHUNK_ELEMENTS`
+
+    ``implementation="tiles"`` (default): the layout's row groups (tile rows with the
+    same tile count) run as batched matmuls of their queries ``[H, R, d_b, D]`` against
+    their ``W`` keys (the row's tile segments side by side, then the hub keys), so a query's
+    softmax spans one contiguous row of scores; the hub queries' rows run as dense strips
+    against every key. Work runs in chunks of whole rows of about :data:`CHUNK_ELEMENTS`
     scores; memory beyond q, k, v is one chunk plus ``O(S H)`` softmax statistics (the
-    backward recomputes the chunk's scores). A query with no pair outputs zeros. Only
-    first-order gradients.
+    backward recomputes the chunk's scores). Only first-order gradients.
+
+    ``implementation="flex"``: one compiled FlexAttention call over the same pairs
+    (:func:`~lightgraph.functional.attention.flex.cluster_flex_attention`: the layout's
+    tiles become FlexAttention blocks, the block mask and lookup tables are cached on the
+    layout). No dropout; on the CPU forward only -- torch's CPU FlexAttention has no
+    backward, so a call that needs gradients there raises.
+
+    A query with no pair outputs zeros under both.
 
     Args:
         q, k, v: ``[S, H, D]`` (``v`` may have its own last dimension).
         layout: the cluster-sparse layout of the sequence (same device as ``q``).
         bias_table: ``[num_buckets, H]`` per-head bias looked up with ``layout.tile_bucket``;
             needs a layout built with ``edge_bucket``.
-        dropout_p: dropout on the attention probabilities (pass 0 in evaluation).
+        dropout_p: dropout on the attention probabilities (pass 0 in evaluation); not
+            with ``implementation="flex"``.
+        implementation: ``"tiles"`` (the kernel here) or ``"flex"`` (FlexAttention).
 
     Shapes:
         - **input:** q, k ``[S, H, D]``, v ``[S, H, D_v]``
@@ -523,6 +1000,7 @@ def cluster_sparse_attention(
     owner = "cluster_sparse_attention"
     S, H, D = check_qkv(owner, q, k, v)
     dropout_p = check_rate(owner, "dropout_p", dropout_p)
+    check_choice(owner, "implementation", implementation, IMPLEMENTATIONS)
     if not isinstance(layout, ClusterSparseLayout):
         raise ValueError(
             f"{owner}: expected `layout` to be a ClusterSparseLayout but got {type(layout).__name__}."
@@ -548,4 +1026,28 @@ def cluster_sparse_attention(
                 f"{owner}: `layout` uses bucket {layout.max_bucket} but `bias_table` has only "
                 f"{bias_table.shape[0]} rows."
             )
+    if implementation == "flex":
+        if dropout_p > 0.0:
+            raise ValueError(
+                f"{owner}: `implementation='flex'` has no dropout (FlexAttention has none) but "
+                f"got dropout_p={dropout_p}; pass dropout_p=0 or use implementation='tiles'."
+            )
+        needs_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (q, k, v, bias_table)
+        )
+        if needs_grad and q.device.type == "cpu":
+            raise NotImplementedError(
+                f"{owner}: `implementation='flex'` cannot compute gradients on the CPU "
+                f"(torch {torch.__version__}: \"FlexAttention does not support backward on "
+                f"CPU\"); use implementation='tiles', or call it under torch.no_grad() or "
+                f"with inputs that do not require grad."
+            )
+        if q.device.type == "cpu" and q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(
+                f"{owner}: `implementation='flex'` on the CPU takes float32, float16 or "
+                f"bfloat16 inputs (torch's CPU FlexAttention) but got {q.dtype}."
+            )
+        from lightgraph.functional.attention.flex import cluster_flex_attention
+
+        return cluster_flex_attention(q, k, v, layout, bias_table)
     return _ClusterSparseAttention.apply(q, k, v, bias_table, layout, 1.0 / math.sqrt(D), dropout_p)

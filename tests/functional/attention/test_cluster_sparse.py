@@ -349,3 +349,192 @@ def test_default_cluster_count_is_the_same_on_every_machine(monkeypatch) -> None
     assert layout.cluster_ptr.tolist() == [0, 7, 14, 20, 26, 32, 38, 44, 50]
     assert layout.num_tiles_transferred == 0 and layout.num_entries == ei.shape[1]
     assert_close(out, sparse_attention(q, k, v, ei))
+
+
+# ------------------------------------------------------------------------------ hubs
+def global_pattern(S: int, num_edges: int, seed: int = 0) -> torch.Tensor:
+    """``random_pattern`` plus a global token 0 attending to and attended by tokens 0..S-2
+    (token S - 1 keeps no entry)."""
+    ei = random_pattern(S, num_edges, seed)
+    g = torch.arange(S - 1)
+    zero = torch.zeros_like(g)
+    ei = torch.cat([ei, torch.stack([g, zero]), torch.stack([zero, g])], dim=1)
+    key = torch.unique(ei[1] * S + ei[0])
+    return torch.stack([key % S, key // S])
+
+
+@pytest.mark.parametrize("hub_min_tiles", [None, 1, 5])
+@pytest.mark.parametrize("threshold", [0.0, 0.3])
+def test_hubs_change_the_computation_not_the_function(hub_min_tiles, threshold, chunking) -> None:
+    S, H, D = 41, 2, 3
+    ei = global_pattern(S, 150, seed=9)
+    bucket = torch.randint(0, 6, (ei.shape[1],), generator=torch.Generator().manual_seed(2))
+    table = torch.randn(7, H, dtype=DT, requires_grad=True)
+    args = (ei, S, 3, 4, threshold, bucket)
+    plain = ClusterSparseLayout(*args, far_bucket=6, hub_min_tiles=0)
+    layout = ClusterSparseLayout(*args, far_bucket=6, hub_min_tiles=hub_min_tiles)
+    assert plain.hub_rows.numel() == plain.hub_cols.numel() == 0
+    assert as_dict(layout) == as_dict(plain)  # the same pairs and buckets
+    assert layout.num_entries == plain.num_entries
+    assert layout.num_tiles < plain.num_tiles
+    if hub_min_tiles is None:  # G = 11 segments: the global token alone is a hub, both ways
+        assert layout.hub_threshold == 8
+        assert layout.hub_rows.tolist() == [0] and layout.hub_cols.tolist() == [0]
+    elif hub_min_tiles == 1:  # every query with a pair is a hub: no tiles are left
+        assert layout.num_tiles == 0 and layout.hub_rows.numel() == S - 1
+    else:
+        assert layout.hub_rows.numel() > 1 and layout.hub_cols.numel() > 0
+    q, k, v = qkv(S, H, D, seed=3)
+    out = cluster_sparse_attention(q, k, v, layout, table)
+    ref = masked_reference(q, k, v, plain, table)
+    assert_close(out, ref)
+    assert (out[S - 1] == 0).all()
+    grad = torch.randn_like(out)
+    for g, w in zip(
+        torch.autograd.grad(out, (q, k, v, table), grad),
+        torch.autograd.grad(ref, (q, k, v, table), grad),
+        strict=True,
+    ):
+        assert_close(g, w)
+
+
+def test_hub_layout_bookkeeping() -> None:
+    S, k, db = 41, 3, 4
+    ei = global_pattern(S, 150, seed=9)
+    plain = ClusterSparseLayout(ei, S, k, db, hub_min_tiles=0, narrow_max_keys=0)
+    layout = ClusterSparseLayout(ei, S, k, db, narrow_max_keys=0)
+    G = layout.segment_token.shape[0]
+    # The rule's counts do not depend on the hubs; the computed tiles do.
+    assert (layout.num_tiles_kept, layout.num_tiles_transferred) == (
+        plain.num_tiles_kept,
+        plain.num_tiles_transferred,
+    )
+    assert plain.num_tiles == plain.num_tiles_kept
+    # Strips hold the global token's pairs: its row (all S - 1 keys) and its column (the
+    # other S - 2 queries).
+    assert int(layout.row_strip_mask.sum()) == S - 1
+    assert int(layout.col_strip_mask.sum()) == S - 2
+    assert not layout.tile_mask[layout.tile_row == 0][:, 0].any()  # token 0's query line
+    assert layout.num_scores == (
+        layout.num_tiles * db * db + 1 * G * db + 1 * db * layout.num_rows_computed
+    )
+    assert layout.tile_fill == layout.num_entries / layout.num_scores
+    assert plain.tile_fill == plain.num_entries / (plain.num_tiles * db * db)
+    assert layout.tile_fill > plain.tile_fill
+    assert layout.num_key_columns == 0 and not layout.tile_narrow.any()
+    assert layout.num_row_groups == len(layout._row_groups)
+    assert sum(g["rows"].numel() for g in layout._row_groups) == layout.num_rows_computed
+    assert sum(g["cols"].numel() for g in layout._row_groups) == layout.num_tiles
+
+
+def test_narrow_tile_bookkeeping() -> None:
+    S, k, db = 41, 3, 4
+    ei = global_pattern(S, 150, seed=9)
+    layout = ClusterSparseLayout(ei, S, k, db, narrow_max_keys=1)
+    assert layout.narrow_threshold == 1
+    used = layout.tile_mask.any(1)
+    assert torch.equal(layout.tile_narrow, used.sum(1) <= 1)
+    assert 0 < int(layout.tile_narrow.sum()) < layout.num_tiles
+    # One key column per used column of a narrow tile, with that column's mask.
+    assert layout.num_key_columns == int(used[layout.tile_narrow].sum())
+    for t in layout.tile_narrow.nonzero().squeeze(1).tolist()[:5]:
+        (j,) = used[t].nonzero().squeeze(1).tolist()
+        token = int(layout.segment_token[layout.tile_col[t], j])
+        row = int(layout.tile_row[t])
+        (c,) = ((layout.keycol_row == row) & (layout.keycol_token == token)).nonzero()[0]
+        assert torch.equal(layout.keycol_mask[c], layout.tile_mask[t, :, j])
+    wide = int((~layout.tile_narrow).sum())
+    G, n_r, n_c = layout.segment_token.shape[0], layout.hub_rows.numel(), layout.hub_cols.numel()
+    assert layout.num_scores == (
+        wide * db * db
+        + layout.num_key_columns * db
+        + n_r * G * db
+        + n_c * db * layout.num_rows_computed
+    )
+    assert sum(g["cols"].numel() for g in layout._row_groups) == wide
+    assert sum(int(g["columns"].sum()) for g in layout._row_groups) == layout.num_key_columns
+    # Narrow tiles change the computation, not the pairs.
+    wide_only = ClusterSparseLayout(ei, S, k, db, narrow_max_keys=0)
+    assert torch.equal(layout.pattern()[0], wide_only.pattern()[0])
+
+
+@pytest.mark.parametrize("narrow_max_keys", [1, 2, 4])
+@pytest.mark.parametrize("hub_min_tiles", [None, 0])
+def test_narrow_tiles_change_the_computation_not_the_function(
+    narrow_max_keys, hub_min_tiles, chunking
+) -> None:
+    S, H, D = 41, 2, 3
+    ei = global_pattern(S, 150, seed=9)
+    bucket = torch.randint(0, 6, (ei.shape[1],), generator=torch.Generator().manual_seed(2))
+    table = torch.randn(7, H, dtype=DT, requires_grad=True)
+    args = (ei, S, 3, 4, 0.3, bucket)
+    plain = ClusterSparseLayout(*args, far_bucket=6, hub_min_tiles=0, narrow_max_keys=0)
+    layout = ClusterSparseLayout(
+        *args, far_bucket=6, hub_min_tiles=hub_min_tiles, narrow_max_keys=narrow_max_keys
+    )
+    assert layout.num_key_columns > 0
+    if narrow_max_keys == 4:  # every tile is narrow
+        assert bool(layout.tile_narrow.all())
+    q, k, v = qkv(S, H, D, seed=4)
+    out = cluster_sparse_attention(q, k, v, layout, table)
+    ref = masked_reference(q, k, v, plain, table)
+    assert_close(out, ref)
+    grad = torch.randn_like(out)
+    for g, w in zip(
+        torch.autograd.grad(out, (q, k, v, table), grad),
+        torch.autograd.grad(ref, (q, k, v, table), grad),
+        strict=True,
+    ):
+        assert_close(g, w)
+
+
+@pytest.mark.parametrize("narrow_max_keys", [0, 2])  # wide tiles only, key columns only
+def test_gradcheck_with_dropout_and_hubs(narrow_max_keys, chunking) -> None:
+    S, H, D = 11, 1, 2
+    ei = global_pattern(S, 15, seed=6)
+    bucket = torch.randint(0, 3, (ei.shape[1],), generator=torch.Generator().manual_seed(0))
+    layout = ClusterSparseLayout(
+        ei, S, 2, 2, 0.5, bucket, far_bucket=2, hub_min_tiles=3, narrow_max_keys=narrow_max_keys
+    )
+    assert layout.hub_rows.numel() > 0 and layout.hub_cols.numel() > 0
+    assert (layout.num_key_columns > 0) == (narrow_max_keys > 0)
+    q, k, v = qkv(S, H, D, seed=7)
+    table = torch.randn(3, H, dtype=DT, requires_grad=True)
+
+    def fn(q, k, v, table):
+        torch.manual_seed(0)  # the same dropout masks on every evaluation
+        return cluster_sparse_attention(q, k, v, layout, table, dropout_p=0.25)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, table), fast_mode=True)
+
+
+def test_fully_masked_rows_by_bias() -> None:
+    """A query whose every pair has a -inf bias outputs zeros (tiles and strips)."""
+    S, H, D = 41, 2, 3
+    ei = global_pattern(S, 150, seed=9)
+    bucket = torch.zeros(ei.shape[1], dtype=torch.long)
+    bucket[ei[1] == 5] = 1  # every pair of query 5
+    bucket[ei[1] == 0] = 1  # and of the global token (a hub query)
+    table = torch.zeros(2, H, dtype=DT)
+    table[1] = float("-inf")
+    layout = ClusterSparseLayout(ei, S, 3, 4, edge_bucket=bucket)
+    assert layout.hub_rows.tolist() == [0]
+    q, k, v = qkv(S, H, D)
+    out = cluster_sparse_attention(q, k, v, layout, table)
+    assert (out[5] == 0).all() and (out[0] == 0).all() and torch.isfinite(out).all()
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_layout_rejects_bad_hub_and_narrow_arguments() -> None:
+    with pytest.raises(ValueError, match="`hub_min_tiles` to be an integer >= 0"):
+        ClusterSparseLayout(torch.arange(8).repeat(2, 1), 8, 2, hub_min_tiles=-1)
+    with pytest.raises(ValueError, match="`narrow_max_keys` to be an integer >= 0"):
+        ClusterSparseLayout(torch.arange(8).repeat(2, 1), 8, 2, narrow_max_keys=1.5)
+
+
+def test_implementation_is_checked() -> None:
+    layout, _, _ = tiny_layout(0.5)
+    q, k, v = qkv(8, 2, 3)
+    with pytest.raises(ValueError, match="`implementation` to be one of"):
+        cluster_sparse_attention(q, k, v, layout, implementation="cuda")
