@@ -631,9 +631,7 @@ def main() -> None:
         f"{args.threads} threads; median of {args.repeats} after 1 warm-up; "
         f"limits {args.timeout:g} s, {args.max_gb:g} GiB per case"
     )
-    print(
-        f"{'kind':<22} {'S':>8} {'time s':>11} {'peak GiB':>9} {'vs dense':>9} {'tile fill':>9}"
-    )
+    print(f"{'kind':<22} {'S':>8} {'time s':>11} {'peak GiB':>9} {'vs dense':>9} {'tile fill':>9}")
     dense_at = {r["S"]: r for r in results if r["kind"] == "dense"}
     for r in results:
         print(_format_row(r, dense_at.get(r["S"])))

@@ -56,16 +56,19 @@ NOMINAL_CACHE_BYTES: int = 6 * 2**20
 #: :func:`~lightgraph.functional.attention.attend` runs the cluster-sparse kernel instead of
 #: the CSR sparse kernel. A constant, so the choice depends on the input only.
 #:
-#: Measured crossover (2026-11-24; a 2-core shared VM CPU, torch 2.13 CPU build, 2
-#: threads; one layer fwd+bwd, H = 8, D = 8, float32, no bias, default layout: k = 8,
+#: Measured crossover (2026-11-24; a 2-core VM shared with other jobs, torch 2.13 CPU
+#: build; one layer fwd+bwd, H = 8, D = 8, float32, no bias; default layout: k = 8,
 #: d_b = 16, threshold 0; minimum of 5-7 interleaved runs per kernel) over 46 patterns at
 #: S = 16K and 64K -- ``bench_attention.py``'s ``local`` (mean distance 4 / 16 / 64, far
 #: share 0 / 0.02 / 0.1) and ``blocky`` (degree 8-64, communities of 16-64, far share
-#: 0 / 0.02) generators, 11-44 entries per query: every pattern with ``tile_fill >= 0.40``
-#: ran faster on the cluster-sparse kernel (0.26-0.87x the CSR kernel's time); from 0.245
-#: to 0.40 it won only with many entries per query (>= 17 at 64K, >= 29 at 16K: 0.41-0.93x)
-#: and lost with about 12 (1.17-1.42x); below 0.245 it always lost (1.25-3.05x). 0.40 is
-#: the fill above which it won every measured case.
+#: 0 / 0.02) generators, 11-44 entries per query. With 2 threads (wall time) every
+#: pattern with ``tile_fill >= 0.40`` ran faster on the cluster-sparse kernel (0.26-0.87x
+#: the CSR kernel's time); from 0.245 to 0.40 it won only with many entries per query
+#: (>= 17 at 64K, >= 29 at 16K: 0.41-0.93x) and lost with about 12 (1.17-1.42x); below
+#: 0.245 it always lost (1.25-3.05x). With 1 thread (CPU time) the same, a little more in
+#: its favour: >= 0.40 always won (0.21-0.86x), 0.39 at 12 entries per query was even
+#: (0.99-1.03x), <= 0.21 always lost (1.08-2.40x). 0.40 is the fill from which it won
+#: every measured case.
 AUTO_MIN_TILE_FILL: float = 0.4
 
 #: A token whose query row (key column) has pairs in at least ``max(HUB_MIN_TILES,
@@ -357,7 +360,7 @@ class ClusterSparseLayout:
 
     def _take_hubs(self) -> None:
         """Move the pairs of hub queries and hub keys out of the tiles into the strips."""
-        S, db = self.num_tokens, self.block_size
+        S = self.num_tokens
         G = self.segment_token.shape[0]
         device = self.tile_mask.device
         hub_min = self.hub_min_tiles
@@ -588,9 +591,7 @@ class ClusterSparseLayout:
         t, i, j = self.tile_mask.nonzero().unbind(1)
         r, rk = self.row_strip_mask.nonzero().unbind(1)
         cq, c = self.col_strip_mask.nonzero().unbind(1)
-        query = torch.cat(
-            [self.segment_token[self.tile_row[t], i], self.hub_rows[r], cq]
-        )
+        query = torch.cat([self.segment_token[self.tile_row[t], i], self.hub_rows[r], cq])
         key = torch.cat([self.segment_token[self.tile_col[t], j], rk, self.hub_cols[c]])
         order = torch.argsort(query * self.num_tokens + key)
         edge_index = torch.stack([key[order], query[order]])
@@ -1038,7 +1039,7 @@ def cluster_sparse_attention(
         if needs_grad and q.device.type == "cpu":
             raise NotImplementedError(
                 f"{owner}: `implementation='flex'` cannot compute gradients on the CPU "
-                f"(torch {torch.__version__}: \"FlexAttention does not support backward on "
+                f'(torch {torch.__version__}: "FlexAttention does not support backward on '
                 f"CPU\"); use implementation='tiles', or call it under torch.no_grad() or "
                 f"with inputs that do not require grad."
             )

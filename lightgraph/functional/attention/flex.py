@@ -56,9 +56,8 @@ def flex_available(device: torch.device | str = "cpu") -> bool:
     :func:`torch.compile` is supported, and (CPU) a C++ compiler is on the path or (CUDA)
     Triton imports."""
     try:
-        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
-
         import torch._dynamo
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
 
         if not torch._dynamo.is_dynamo_supported():
             return False

@@ -109,4 +109,6 @@ def test_flex_limits() -> None:
         cluster_sparse_attention(q.requires_grad_(), k, v, layout, implementation="flex")
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
         with torch.no_grad():
-            cluster_sparse_attention(q.double(), k.double(), v.double(), layout, implementation="flex")
+            cluster_sparse_attention(
+                q.double(), k.double(), v.double(), layout, implementation="flex"
+            )
