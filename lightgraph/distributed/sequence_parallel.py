@@ -69,6 +69,30 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
+def check_sequence_policy(owner: str, name: str, policy: Any) -> None:
+    """Raise a ``TypeError`` unless ``policy`` can size the token all-to-alls: ``None`` or a
+    :class:`~lightgraph.quant.BitWidthPolicy` other than
+    :class:`~lightgraph.quant.VarianceAwareBits`."""
+    if policy is None:
+        return
+    check_type(
+        owner,
+        name,
+        policy,
+        BitWidthPolicy,
+        "a lightgraph.quant policy such as FixedBits or RandomBits, or None",
+    )
+    if isinstance(policy, VarianceAwareBits):
+        raise TypeError(
+            f"{owner}: VarianceAwareBits cannot size the token all-to-alls of "
+            "sequence (graph) parallelism: its widths are solved (AdaQP's MILP) from "
+            "traced halo messages, the aggregation coefficients of a partition plan and "
+            "a link cost model, none of which token rows have. Use FixedBits, RandomBits "
+            "or DegreeAwareBits (token degree in the attention pattern), or None for "
+            "FP32."
+        )
+
+
 class SequenceParallel:
     """Turns sequence shards into head shards and back (DeepSpeed-Ulysses) with all_to_all_single.
 
@@ -185,23 +209,7 @@ class SequenceParallel:
             TypeError: for anything but a :class:`~lightgraph.quant.BitWidthPolicy` or
                 ``None``, and for :class:`~lightgraph.quant.VarianceAwareBits`.
         """
-        if policy is not None:
-            check_type(
-                "SequenceParallel",
-                "policy",
-                policy,
-                BitWidthPolicy,
-                "a lightgraph.quant policy such as FixedBits or RandomBits, or None",
-            )
-            if isinstance(policy, VarianceAwareBits):
-                raise TypeError(
-                    "SequenceParallel: VarianceAwareBits cannot size the token all-to-alls of "
-                    "sequence (graph) parallelism: its widths are solved (AdaQP's MILP) from "
-                    "traced halo messages, the aggregation coefficients of a partition plan and "
-                    "a link cost model, none of which token rows have. Use FixedBits, RandomBits "
-                    "or DegreeAwareBits (token degree in the attention pattern), or None for "
-                    "FP32."
-                )
+        check_sequence_policy("SequenceParallel", "policy", policy)
         self._policy = policy
         self._policy_generation += 1
         self._layouts.clear()

@@ -12,11 +12,13 @@ from typing_extensions import override
 from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.token_batch import TokenShard
 from lightgraph.distributed.context import ParallelContext
-from lightgraph.distributed.sequence_parallel import SequenceParallel, token_importance
+from lightgraph.distributed.sequence_parallel import (
+    SequenceParallel,
+    check_sequence_policy,
+    token_importance,
+)
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
-from lightgraph.quant.variance_aware_bits import VarianceAwareBits
 from lightgraph.strategies.exchange_group import ExchangeGroupStrategy
-from lightgraph.utilities.checks import check_type
 
 
 class GraphParallelStrategy(ExchangeGroupStrategy):
@@ -95,21 +97,7 @@ class GraphParallelStrategy(ExchangeGroupStrategy):
         find_unused_parameters: bool = False,
     ) -> None:
         owner = "GraphParallelStrategy"
-        if quantization is not None:
-            check_type(
-                owner,
-                "quantization",
-                quantization,
-                BitWidthPolicy,
-                "a lightgraph.quant.BitWidthPolicy such as FixedBits or RandomBits, or None",
-            )
-            if isinstance(quantization, VarianceAwareBits):
-                raise TypeError(
-                    f"{owner}: VarianceAwareBits cannot size the token all-to-alls of graph "
-                    "parallelism (its widths come from traced halo messages, a partition's "
-                    "aggregation coefficients and a link cost model); use FixedBits, RandomBits "
-                    "or DegreeAwareBits, or None for FP32."
-                )
+        check_sequence_policy(owner, "quantization", quantization)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"{owner}: expected `seed` to be an integer but got {seed!r}.")
         super().__init__(
