@@ -174,15 +174,27 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    result: dict = {"kind": kind, "S": S, "threads": args.threads}
+    cuda = args.device == "cuda"
+    result: dict = {"kind": kind, "S": S, "threads": args.threads, "device": args.device}
     result["baseline_gib"] = _maxrss_gib()
-    _limit_address_space(args.max_gb)
+    if cuda:  # the cap is on the GPU's allocator: --max-gb of its memory, like a smaller card
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.max_gb * GIB / total))
+        result["gpu"] = torch.cuda.get_device_name(0)
+    else:
+        _limit_address_space(args.max_gb)
     print(SETUP_TAG + f"{time.perf_counter() - start:.3f}", flush=True)
+
+    def peak() -> float:  # GPU: the allocator's high-water mark; CPU: the process's RSS
+        return torch.cuda.max_memory_allocated() / GIB if cuda else _maxrss_gib()
+
     try:
         batch = _from_state(args.pattern_file, 1, 0)
+        if cuda:
+            batch = batch.to("cuda")
         graph = batch.graph
         E = int(graph.edge_index.size(1))
-        result.update(entries=E, inputs_gib=_maxrss_gib())
+        result.update(entries=E, inputs_gib=peak())
         options: dict = {}
         if kind == "cluster_sparse":
             options = {
@@ -199,7 +211,7 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
             task="node",
             attention_dropout=args.attention_dropout,
             **options,
-        )
+        ).to(args.device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
         layers = [m for m in model.modules() if isinstance(m, MultiheadGraphAttention)]
         mask = batch.train_mask
@@ -217,6 +229,8 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if cuda:
+                torch.cuda.synchronize()
             steps_done += 1
             return time.perf_counter() - clock, float(loss.detach())
 
@@ -236,14 +250,16 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
             warmup_s=warm,
             losses=[loss0] + [loss for _, loss in timed],
             last_step_dense=any(layer.last_dense for layer in layers),
-            peak_gib=_maxrss_gib(),
+            peak_gib=peak(),
+            peak_rss_gib=_maxrss_gib(),
         )
         result["train_peak_gib"] = result["peak_gib"] - result["inputs_gib"]
     except (MemoryError, RuntimeError) as exc:
         if not _is_oom(exc):
             raise
-        result.update(status="oom", note=f"out of memory (> {args.max_gb:g} GiB address space)")
-        result["peak_gib"] = _maxrss_gib()
+        what = "GPU memory" if cuda else "address space"
+        result.update(status="oom", note=f"out of memory (> {args.max_gb:g} GiB {what})")
+        result["peak_gib"] = peak()
     return result
 
 
@@ -278,6 +294,7 @@ def _common_flags(args: argparse.Namespace) -> list[str]:
         f"--locality-scale={args.locality_scale}",
         f"--threshold-factor={args.threshold_factor}",
         f"--attention-dropout={args.attention_dropout}",
+        f"--device={args.device}",
     ]
     if args.token_path is not None:
         flags.append(f"--token-path={args.token_path}")
@@ -387,6 +404,13 @@ def main() -> None:
         type=float,
         default=0.1,
         help="Graphormer's attention_dropout (0.1: its default, the recipes'); see the docstring",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: train on the GPU; --max-gb then caps the GPU allocator "
+        "(torch.cuda.set_per_process_memory_fraction) and peak GiB is its high-water mark",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None, help="keep the built sequences here")

@@ -1048,6 +1048,12 @@ def cluster_sparse_attention(
                 f"{owner}: `implementation='flex'` on the CPU takes float32, float16 or "
                 f"bfloat16 inputs (torch's CPU FlexAttention) but got {q.dtype}."
             )
+        if q.is_cuda and layout.block_size % 16:
+            raise ValueError(
+                f"{owner}: `implementation='flex'` on CUDA needs a layout `block_size` that is "
+                f"a multiple of 16 (Triton's kernel tiles) but got {layout.block_size}; use "
+                f"implementation='tiles' or a block_size of 16, 32, ..."
+            )
         from lightgraph.functional.attention.flex import cluster_flex_attention
 
         return cluster_flex_attention(q, k, v, layout, bias_table)

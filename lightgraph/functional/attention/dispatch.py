@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from lightgraph.functional.attention.cluster_sparse import (
@@ -77,6 +78,37 @@ def resolve_kind(
     if kind == "auto":
         return graph.auto_kind(num_clusters, block_size, threshold)
     return kind
+
+
+class _LookupRows(torch.autograd.Function):
+    """``table[index]`` whose backward sums the gradient rows with ``index_add_``."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor, index: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(index)
+        ctx.num_rows = table.shape[0]
+        return table[index]
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        (index,) = ctx.saved_tensors
+        flat = index.reshape(-1)
+        grad = grad.reshape(flat.numel(), *grad.shape[index.dim() :])
+        out = grad.new_zeros(ctx.num_rows, *grad.shape[1:])
+        return out.index_add_(0, flat, grad), None
+
+
+def lookup_rows(table: Tensor, index: Tensor) -> Tensor:
+    """``table[index]`` (rows of a small table for many entries: the spatial-bias lookup).
+
+    Same values as ``table[index]``; the gradient of ``table`` is summed with
+    ``index_add_`` rather than advanced indexing's backward, which on CUDA sorts the
+    entries and adds each row's duplicates one after another: with millions of entries
+    over a few dozen buckets that took 96% of a Graphormer-slim training step at 131K
+    tokens on an H100 (0.58 s per lookup)."""
+    if not (torch.is_grad_enabled() and table.requires_grad):
+        return table[index]
+    return _LookupRows.apply(table, index)
 
 
 def attend(
@@ -185,14 +217,14 @@ def attend(
     if kind in DENSE_KINDS:
         bias = None
         if bias_table is not None and graph.dense_bucket is not None:
-            bias = bias_table[graph.dense_bucket].permute(2, 0, 1)
+            bias = lookup_rows(bias_table, graph.dense_bucket).permute(2, 0, 1)
         fn = dense_attention if kind == "dense" else raw_attention
         return fn(q, k, v, bias=bias, dropout_p=dropout_p)
     if kind == "sparse":
         pattern = graph.sorted_by_query()
         bias = None
         if bias_table is not None and pattern.edge_bucket is not None:
-            bias = bias_table[pattern.edge_bucket]
+            bias = lookup_rows(bias_table, pattern.edge_bucket)
         dropout_p = check_rate(owner, "dropout_p", dropout_p)
         return _sparse_attention(q, k, v, graph._sparse_structure(H), bias, dropout_p)
     layout = graph.cluster_layout(num_clusters, block_size, threshold)

@@ -50,6 +50,10 @@ __all__ = ["cluster_flex_attention", "flex_available"]
 
 _COMPILED: dict[str, Any] = {}
 
+#: Smallest head dimension Triton's FlexAttention kernels take on CUDA; smaller heads are
+#: padded with zero columns (which change no score).
+CUDA_MIN_HEAD_DIM = 16
+
 
 def flex_available(device: torch.device | str = "cpu") -> bool:
     """Whether :func:`cluster_flex_attention` can run on ``device``: FlexAttention imports,
@@ -253,11 +257,30 @@ def cluster_flex_attention(
     H, G, db = q.shape[1], layout.segment_token.shape[0], layout.block_size
     L = G * db
 
-    def seg(x: Tensor) -> Tensor:
+    D, Dv = q.shape[-1], v.shape[-1]
+    kernel_options = None
+    pad_qk = pad_v = 0
+    if q.is_cuda:
+        # Triton's products need head dimensions >= 16 (zero columns change no score) and
+        # kernel tiles that divide the mask's blocks (its defaults are 64 x 64 or larger).
+        pad_qk, pad_v = max(0, CUDA_MIN_HEAD_DIM - D), max(0, CUDA_MIN_HEAD_DIM - Dv)
+        kernel_options = {"BLOCK_M": math.gcd(block_size[0], 64)}
+        kernel_options["BLOCK_N"] = math.gcd(block_size[1], 64)
+
+    def seg(x: Tensor, pad: int) -> Tensor:
+        if pad:
+            x = torch.nn.functional.pad(x, (0, pad))
         return _to_segments(x, layout).view(1, H, L, x.shape[-1])  # segment order
 
     score_mod = None if bias_table is None else st.score_mod(bias_table)
-    out = _flex_attention()(seg(q), seg(k), seg(v), score_mod=score_mod, block_mask=st.block_mask)
-    Dv = v.shape[-1]
-    out = out.view(H, L, Dv).transpose(0, 1)  # [L, H, Dv] in segment order
+    out = _flex_attention()(
+        seg(q, pad_qk),
+        seg(k, pad_qk),
+        seg(v, pad_v),
+        score_mod=score_mod,
+        block_mask=st.block_mask,
+        scale=1.0 / math.sqrt(D),
+        kernel_options=kernel_options,
+    )
+    out = out[..., :Dv].reshape(H, L, Dv).transpose(0, 1)  # [L, H, Dv] in segment order
     return out.index_select(0, layout.token_position)

@@ -317,3 +317,22 @@ def test_every_kind_on_cuda_matches_cpu(kind: str) -> None:
         results.append([out.detach().cpu()] + [t.cpu() for t in grads])
     for cpu, gpu in zip(*results, strict=True):
         torch.testing.assert_close(gpu, cpu, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(1000,), (30, 30)])
+def test_lookup_rows_equals_indexing_and_a_one_hot_reference(shape) -> None:
+    from lightgraph.functional.attention.dispatch import lookup_rows
+
+    gen = torch.Generator().manual_seed(0)
+    table = torch.randn(7, 4, dtype=DT, generator=gen, requires_grad=True)
+    index = torch.randint(0, 6, shape, generator=gen)  # row 6 is never used: zero gradient
+    weight = torch.randn(*shape, 4, dtype=DT, generator=gen)
+    out = lookup_rows(table, index)
+    (out * weight).sum().backward()
+    torch.testing.assert_close(out, table.detach()[index], rtol=0, atol=0)
+    one_hot = torch.nn.functional.one_hot(index.reshape(-1), 7).to(DT)  # [N, 7]
+    expected = one_hot.t() @ weight.reshape(-1, 4)
+    torch.testing.assert_close(table.grad, expected, rtol=1e-12, atol=1e-12)
+    assert (table.grad[6] == 0).all()
+    with torch.no_grad():
+        assert lookup_rows(table, index).grad_fn is None
