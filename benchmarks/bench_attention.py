@@ -26,9 +26,9 @@ tensors, no attention bias and no dropout:
   forward+backward time per step over one dense period (``dense_every`` consecutive steps,
   one of them dense -- all of them where the pattern fails C1-C3 with ``--num-layers``
   layers, 4 as in Graphormer-slim; ``dense_steps_per_period`` in the JSON says which);
-  the JSON also has the median dense and sparse step. Where the
-  library's ``attend`` does not take ``sparse_kind`` yet, ``dual`` (over ``sparse``) runs
-  without it and the other variants are reported as unsupported.
+  the JSON also has the median dense and sparse step. Where even the warm-up period
+  leaves no time for a timed one (``"warmup_only": true``), ``time_s`` is only the
+  warm-up's time per step and says little; read the dense and sparse rows instead.
 
 The cluster count is :func:`~lightgraph.functional.attention.default_num_clusters` of the
 hidden size (the fixed nominal 6 MiB cache: 8 at hidden 64, the same on every machine; at most

@@ -10,12 +10,15 @@ module                        contents
 ``raw``                       :func:`raw_attention` (materialised scores, "GP-Raw")
 ``sparse``                    :func:`sparse_attention` (topology-induced, CSR products)
 ``cluster_sparse``            :class:`ClusterSparseLayout`, :func:`cluster_sparse_attention`,
-                              :func:`default_num_clusters`, :data:`AUTO_MIN_TILE_FILL`
+                              :func:`default_num_clusters`, :data:`AUTO_MIN_TILE_FILL`,
+                              :data:`IMPLEMENTATIONS` (``"tiles"``, ``"flex"``)
+``flex``                      :func:`cluster_flex_attention` (the layout on FlexAttention),
+                              :func:`flex_available`
 ``conditions``                :func:`check_conditions`, :func:`dual_uses_dense`,
                               :data:`DEFAULT_DENSE_EVERY`,
                               :data:`EXACT_HAMILTONIAN_MAX_TOKENS`
 ``dispatch``                  :data:`KINDS`, :data:`DENSE_KINDS`, :data:`SPARSE_KINDS`,
-                              :func:`attend`, :func:`resolve_kind`
+                              :func:`attend`, :func:`resolve_kind`, :func:`lookup_rows`
 ===========================  ==========================================================
 """
 
@@ -23,6 +26,7 @@ from lightgraph.functional.attention.cluster_sparse import (
     AUTO_MIN_TILE_FILL,
     CHUNK_ELEMENTS,
     CLUSTER_CACHE_DIVISOR,
+    IMPLEMENTATIONS,
     NOMINAL_CACHE_BYTES,
     ClusterSparseLayout,
     cluster_sparse_attention,
@@ -40,8 +44,10 @@ from lightgraph.functional.attention.dispatch import (
     KINDS,
     SPARSE_KINDS,
     attend,
+    lookup_rows,
     resolve_kind,
 )
+from lightgraph.functional.attention.flex import cluster_flex_attention, flex_available
 from lightgraph.functional.attention.pattern import (
     AttentionGraph,
     SortedPattern,
@@ -58,6 +64,7 @@ __all__ = [
     "DEFAULT_DENSE_EVERY",
     "DENSE_KINDS",
     "EXACT_HAMILTONIAN_MAX_TOKENS",
+    "IMPLEMENTATIONS",
     "KINDS",
     "NOMINAL_CACHE_BYTES",
     "SPARSE_KINDS",
@@ -67,10 +74,13 @@ __all__ = [
     "add_token_path",
     "attend",
     "check_conditions",
+    "cluster_flex_attention",
     "cluster_sparse_attention",
     "default_num_clusters",
     "dense_attention",
     "dual_uses_dense",
+    "flex_available",
+    "lookup_rows",
     "raw_attention",
     "resolve_kind",
     "sort_by_query",

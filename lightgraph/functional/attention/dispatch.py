@@ -22,7 +22,7 @@ from lightgraph.utilities.checks import (
     check_rate,
 )
 
-__all__ = ["DENSE_KINDS", "KINDS", "SPARSE_KINDS", "attend", "resolve_kind"]
+__all__ = ["DENSE_KINDS", "KINDS", "SPARSE_KINDS", "attend", "lookup_rows", "resolve_kind"]
 
 #: The attention kinds :func:`attend` dispatches to.
 KINDS: tuple[str, ...] = ("dense", "raw", "sparse", "cluster_sparse", "dual", "auto")
