@@ -59,6 +59,12 @@ materialises the ``[H, S, S]`` scores: measured on one layer at ``S = 4096`` (8 
 and 7.2 GiB peak RSS against 3.3 s and 0.63 GiB. So ``dense`` here is "GP-Flash as
 trained"; run with ``--attention-dropout 0`` for the flash kernel's own limits.
 
+GPU. ``--device cuda`` moves the sequence and the model to the GPU and synchronises after
+each step; ``--max-gb`` then caps the GPU's caching allocator
+(``torch.cuda.set_per_process_memory_fraction``: ``--max-gb 24`` behaves as a 24 GB card)
+instead of the address space, and ``peak_gib`` is ``torch.cuda.max_memory_allocated``
+(``peak_rss_gib`` keeps the host's RSS).
+
 Every case also has a wall-clock limit (``--timeout`` s, the subprocess is killed past
 it). A kind that timed out, ran out of memory or failed at some ``S`` is not run at
 larger ``S``. The summary gives, per kind, the longest ``S`` that completed, its step
