@@ -37,6 +37,7 @@ CSR kernel; blocks of ``d_b = 16`` were the fastest (32 x 32: 0.72 s, 128 x 128:
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 from typing import Any
@@ -58,7 +59,12 @@ CUDA_MIN_HEAD_DIM = 16
 def flex_available(device: torch.device | str = "cpu") -> bool:
     """Whether :func:`cluster_flex_attention` can run on ``device``: FlexAttention imports,
     :func:`torch.compile` is supported, and (CPU) a C++ compiler is on the path or (CUDA)
-    Triton imports."""
+    Triton imports and a GPU is present. Cached per device type."""
+    return _flex_available(torch.device(device).type)
+
+
+@functools.cache
+def _flex_available(device_type: str) -> bool:
     try:
         import torch._dynamo
         from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
@@ -67,7 +73,7 @@ def flex_available(device: torch.device | str = "cpu") -> bool:
             return False
     except Exception:
         return False
-    if torch.device(device).type == "cuda":
+    if device_type == "cuda":
         try:
             import triton  # noqa: F401
         except Exception:

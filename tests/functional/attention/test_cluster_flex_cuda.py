@@ -67,3 +67,21 @@ def test_cuda_forward_and_backward_equal_dense(implementation, threshold, with_b
     torch.testing.assert_close(out, ref, rtol=2e-4, atol=2e-4)
     for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_auto_runs_flex_on_cuda_without_dropout_and_tiles_with_it() -> None:
+    layout = ClusterSparseLayout(random_pattern(S, 900, seed=1), S, 3, 16).to("cuda")
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(S, H, D, generator=gen).cuda() for _ in range(3))
+    with torch.no_grad():
+        auto = cluster_sparse_attention(q, k, v, layout)
+        flex = cluster_sparse_attention(q, k, v, layout, implementation="flex")
+        tiles = cluster_sparse_attention(q, k, v, layout, implementation="tiles")
+    assert torch.equal(auto, flex)
+    torch.testing.assert_close(auto, tiles, rtol=2e-4, atol=2e-4)
+    torch.manual_seed(0)
+    dropped = cluster_sparse_attention(q, k, v, layout, dropout_p=0.5)  # flex has no dropout
+    torch.manual_seed(0)
+    assert torch.equal(
+        dropped, cluster_sparse_attention(q, k, v, layout, dropout_p=0.5, implementation="tiles")
+    )

@@ -538,3 +538,15 @@ def test_implementation_is_checked() -> None:
     q, k, v = qkv(8, 2, 3)
     with pytest.raises(ValueError, match="`implementation` to be one of"):
         cluster_sparse_attention(q, k, v, layout, implementation="cuda")
+
+
+def test_auto_implementation_is_the_tile_kernel_on_the_cpu() -> None:
+    S = 60
+    ei = random_pattern(S, 400, seed=4)
+    layout = ClusterSparseLayout(ei, S, 3, 16)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(S, 2, 8, generator=gen) for _ in range(3))
+    assert torch.equal(
+        cluster_sparse_attention(q, k, v, layout),
+        cluster_sparse_attention(q, k, v, layout, implementation="tiles"),
+    )
