@@ -67,10 +67,47 @@ class EmbeddingSyncTarget(Protocol):
         ...
 
 
+@runtime_checkable
+class RandomStateful(Protocol):
+    """An object that owns random generators a resumed run must continue exactly.
+
+    :class:`~lightgraph.callbacks.RandomStateCheckpoint` saves :meth:`rng_state` of every
+    such object it finds (the strategy's runtime in the
+    :class:`~lightgraph.distributed.ParallelContext`, the strategy, every submodule of the
+    LightningModule, the DataModule, the training and validation dataloaders and their
+    samplers) in each checkpoint, per rank, and hands it back to :meth:`set_rng_state` on
+    resume. Implemented by
+    :class:`~lightgraph.distributed.HaloExchanger` (quantisation noise),
+    :class:`~lightgraph.distributed.SequenceParallel` (quantisation noise),
+    :class:`~lightgraph.data.UniformNeighborSampler` (neighbour draws) and
+    :class:`~lightgraph.data.minibatch.NeighborSamplingLoader` (its position, which seeds its
+    draws; Lightning saves it for training loaders only).
+
+    Randomness derived from counters that are already checkpointed (a seed and the
+    epoch, or a step counter kept in a persistent buffer) needs no such state.
+    """
+
+    def rng_state(self) -> dict[str, Any]:
+        """The state of every running generator the object owns (tensors, ints, strings,
+        ``None`` -- what :func:`torch.load` reads with ``weights_only=True``); a generator
+        not created yet is ``None``. :func:`lightgraph.utilities.generator_state` writes
+        one generator."""
+        ...
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (a :meth:`rng_state` of the same kind of object).
+
+        A generator that is created lazily is created from the saved state; ``None``
+        returns it to its not-yet-created (freshly seeded) state.
+        """
+        ...
+
+
 __all__ = [
     "EmbeddingSyncTarget",
     "HaloExchange",
     "NodeTensor",
+    "RandomStateful",
     "WITH_TORCH_SPARSE",
     "require_torch_sparse",
 ]

@@ -1,4 +1,4 @@
-"""Callbacks: LDR-driven tuning of the exchange, monitors, console summaries."""
+"""Callbacks: LDR-driven tuning of the exchange, monitors, console summaries, exact resume."""
 
 from lightgraph.callbacks.adaptive_bitwidth import AdaptiveBitWidth
 from lightgraph.callbacks.aggregation_order import AggregationOrder
@@ -11,6 +11,7 @@ from lightgraph.callbacks.io_monitor import IOMonitor
 from lightgraph.callbacks.ldr_schedule import LDRSchedule
 from lightgraph.callbacks.modality_sync import ModalitySync
 from lightgraph.callbacks.pipeline_adaptor import PipelineAdaptor
+from lightgraph.callbacks.random_state import RandomStateCheckpoint
 from lightgraph.functional.loss_descent_rate import LossDescentRate
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "LossDescentRate",
     "ModalitySync",
     "PipelineAdaptor",
+    "RandomStateCheckpoint",
 ]

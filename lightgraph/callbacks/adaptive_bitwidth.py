@@ -7,7 +7,7 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from lightgraph.callbacks.ldr_schedule import LDRSchedule
+from lightgraph.callbacks.ldr_schedule import DEFAULT_TIME_SOURCE, LDRSchedule
 from lightgraph.distributed.context import parallel_context
 from lightgraph.functional.loss_descent_rate import DEFAULT_READING
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
@@ -47,7 +47,8 @@ class AdaptiveBitWidth(LDRSchedule[int]):
     :class:`~lightgraph.models.NodeClassifier` logs as ``train_loss``: the mean over all
     training nodes, i.e. the partitions' means weighted by their training nodes, not
     Sylvie's unweighted mean of the partitions' losses), :math:`et_t` the
-    wall time of the epoch's training batches. Decisions are taken from rank 0's values
+    wall time of the epoch's training batches (or, with ``time_source``, their number or
+    the bytes they sent: deterministic, for replayable schedules). Decisions are taken from rank 0's values
     and are identical on all ranks. The width of every epoch is logged as ``bitwidth``
     (with ``log=True``) and kept in :attr:`history`.
 
@@ -70,6 +71,10 @@ class AdaptiveBitWidth(LDRSchedule[int]):
         reading: when to double the width, ``"more_precision_when_descent_slows"`` or
             ``"more_precision_when_descent_speeds_up"`` (see above and
             ``docs/callbacks.md`` for the measured choice of the default).
+        time_source: what :math:`et_t` counts: ``"wall"`` (seconds of the epoch's training
+            batches, the paper's), ``"steps"`` (their number) or ``"bytes"`` (bytes rank
+            0's exchange sent during them); the counted ones replay exactly (see
+            :class:`~lightgraph.callbacks.LDRSchedule` and ``docs/callbacks.md``).
     """
 
     _log_key = "bitwidth"
@@ -83,6 +88,7 @@ class AdaptiveBitWidth(LDRSchedule[int]):
         monitor: str = "train_loss",
         log: bool = True,
         reading: str = DEFAULT_READING,
+        time_source: str = DEFAULT_TIME_SOURCE,
     ) -> None:
         self.b_min = check_bits("AdaptiveBitWidth", "b_min", b_min)
         self.b_max = check_bits("AdaptiveBitWidth", "b_max", b_max)
@@ -92,7 +98,12 @@ class AdaptiveBitWidth(LDRSchedule[int]):
                 f"b_max={b_max!r}."
             )
         super().__init__(
-            window=window, smoothing=smoothing, monitor=monitor, log=log, reading=reading
+            window=window,
+            smoothing=smoothing,
+            monitor=monitor,
+            log=log,
+            reading=reading,
+            time_source=time_source,
         )
 
     @override

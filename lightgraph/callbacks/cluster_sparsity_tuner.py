@@ -7,7 +7,7 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from lightgraph.callbacks.ldr_schedule import LDRSchedule
+from lightgraph.callbacks.ldr_schedule import DEFAULT_TIME_SOURCE, LDRSchedule
 from lightgraph.functional.loss_descent_rate import DEFAULT_READING
 
 #: The threshold ladder of TorchGT (thesis §4.3.4), in units of the pattern's global
@@ -67,6 +67,10 @@ class ClusterSparsityTuner(LDRSchedule[int]):
         log: log ``sparsity_level``.
         reading: when to step down, ``"more_precision_when_descent_slows"`` or
             ``"more_precision_when_descent_speeds_up"`` (see above).
+        time_source: what :math:`et_t` counts: ``"wall"`` (seconds of the epoch's training
+            batches, the paper's), ``"steps"`` (their number) or ``"bytes"`` (bytes rank
+            0's exchange sent during them); the counted ones replay exactly (see
+            :class:`~lightgraph.callbacks.LDRSchedule` and ``docs/callbacks.md``).
     """
 
     _log_key = "sparsity_level"
@@ -79,6 +83,7 @@ class ClusterSparsityTuner(LDRSchedule[int]):
         monitor: str = "train_loss",
         log: bool = True,
         reading: str = DEFAULT_READING,
+        time_source: str = DEFAULT_TIME_SOURCE,
     ) -> None:
         if beta_g is not None and (
             isinstance(beta_g, bool)
@@ -89,7 +94,12 @@ class ClusterSparsityTuner(LDRSchedule[int]):
                 f"ClusterSparsityTuner: expected `beta_g` in (0, 1] or None but got {beta_g!r}."
             )
         super().__init__(
-            window=window, smoothing=smoothing, monitor=monitor, log=log, reading=reading
+            window=window,
+            smoothing=smoothing,
+            monitor=monitor,
+            log=log,
+            reading=reading,
+            time_source=time_source,
         )
         self.beta_g = None if beta_g is None else float(beta_g)
         self._module: Any = None

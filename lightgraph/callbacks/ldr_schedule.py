@@ -10,6 +10,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
+from lightgraph.distributed.context import parallel_context
+from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.loss_descent_rate import (
     DEFAULT_READING,
     LossDescentRate,
@@ -17,10 +19,42 @@ from lightgraph.functional.loss_descent_rate import (
     check_smoothing,
     check_window,
 )
-from lightgraph.utilities.checks import check_bool
+from lightgraph.utilities.checks import check_bool, check_choice
 from lightgraph.utilities.timing import Clock, Stopwatch
 
 SettingT = TypeVar("SettingT", int, str)
+
+#: Measure :math:`et_t` as the wall time of the epoch's training batches (the papers').
+WALL = "wall"
+#: Count :math:`et_t` as the number of the epoch's training batches (deterministic).
+STEPS = "steps"
+#: Count :math:`et_t` as the bytes rank 0's exchange sent in the epoch's training batches
+#: (deterministic).
+BYTES = "bytes"
+#: Where an epoch's cost :math:`et_t`, the denominator of the LDR, comes from.
+TIME_SOURCES: tuple[str, ...] = (WALL, STEPS, BYTES)
+#: The time source of every LDR-driven callback unless told otherwise.
+DEFAULT_TIME_SOURCE = WALL
+_UNITS = {WALL: "second", STEPS: "batch", BYTES: "byte"}  # what an LDR is "per"
+
+
+def check_time_source(owner: str, time_source: str) -> str:
+    """Validate where the epoch cost comes from (one of :data:`TIME_SOURCES`)."""
+    return check_choice(owner, "time_source", time_source, TIME_SOURCES)
+
+
+def exchange_stats(pl_module: Any) -> ExchangeStats | None:
+    """The byte counters of the exchange a lightgraph strategy runs for ``pl_module``.
+
+    The halo exchanger's (``BoundaryExchangeStrategy``) or the sequence-parallel
+    all-to-alls' (``GraphParallelStrategy``); ``None`` when the module has neither.
+    """
+    context = parallel_context(pl_module)
+    for exchange in (context.halo_exchanger, context.sequence_parallel):
+        stats = getattr(exchange, "stats", None)
+        if isinstance(stats, ExchangeStats):
+            return stats
+    return None
 
 
 class LDRSchedule(Callback, Generic[SettingT]):
@@ -35,8 +69,10 @@ class LDRSchedule(Callback, Generic[SettingT]):
     ``"more_precision_when_descent_speeds_up"``; see the tracker). The timeline of epoch
     :math:`t`:
 
-    * ``on_train_batch_start`` / ``on_train_batch_end``: :math:`et_t` accumulates the wall
-      time of the epoch's training batches (validation is not counted);
+    * ``on_train_batch_start`` / ``on_train_batch_end``: :math:`et_t` accumulates the cost
+      of the epoch's training batches, as ``time_source`` says (validation is not
+      counted): their wall time (``"wall"``, seconds), their number (``"steps"``) or the
+      bytes this rank's exchange sent during them (``"bytes"``);
     * ``on_train_epoch_end``: epoch :math:`t` becomes *pending*;
     * ``on_train_epoch_start`` of epoch :math:`t + 1`: the epoch-level ``monitor`` value of
       epoch :math:`t` is read from ``trainer.callback_metrics`` (epoch-level metrics logged
@@ -51,6 +87,14 @@ class LDRSchedule(Callback, Generic[SettingT]):
     after ``fit``) also stores :math:`L_t`, read from ``trainer.callback_metrics`` in
     :meth:`on_save_checkpoint`, so a resumed run takes exactly the decision the
     uninterrupted run would have taken.
+
+    **Replay.** With ``time_source="wall"`` every decision depends on measured times: two
+    runs, or a run and its resumption, decide alike only while the measured times happen
+    to order the descent rates alike. ``"steps"`` and ``"bytes"`` are counted, not
+    measured: given the same losses they give the same readings and decisions, on every
+    rank (rank 0's count is broadcast) and after resuming (the count of an unfinished
+    epoch is checkpointed with the rest). The ``time_source`` is checkpointed; resuming
+    with another one is an error, since the kept LDRs would mix units.
     """
 
     _log_key: str = ""
@@ -62,11 +106,13 @@ class LDRSchedule(Callback, Generic[SettingT]):
         monitor: str,
         log: bool,
         reading: str = DEFAULT_READING,
+        time_source: str = DEFAULT_TIME_SOURCE,
     ) -> None:
         owner = type(self).__name__
         self.window = check_window(owner, window)
         self.smoothing = check_smoothing(owner, smoothing)
         self.reading = check_reading(owner, reading)
+        self.time_source = check_time_source(owner, time_source)
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(
                 f"{owner}: expected `monitor` to be a non-empty metric name but got {monitor!r}."
@@ -80,8 +126,11 @@ class LDRSchedule(Callback, Generic[SettingT]):
         self.setting: SettingT | None = None
         #: ``(epoch, setting)`` for every training epoch started, across resumes.
         self.history: list[tuple[int, SettingT]] = []
-        # Times each training batch; its clock is `_clock` (tests inject a fake one).
+        # Times each training batch ("wall"); its clock is `_clock` (tests inject a fake one).
         self._batch_timer = Stopwatch()
+        # The exchange's byte count when the running training batch started ("bytes").
+        self._batch_bytes: int | None = None
+        # The cost of the current epoch's training batches so far, in the time source's unit.
         self._epoch_time = 0.0
         # A finished epoch not yet fed to the tracker: {"epoch", "time", "loss"}.
         self._pending: dict[str, Any] | None = None
@@ -133,11 +182,33 @@ class LDRSchedule(Callback, Generic[SettingT]):
             self._target(
                 trainer, pl_module
             )  # fail before training if the strategy cannot be driven
+            if self.time_source == BYTES:
+                self._stats(trainer, pl_module)
+                if getattr(trainer, "world_size", None) == 1:
+                    raise RuntimeError(
+                        f"{type(self).__name__}: time_source='bytes' counts the bytes the "
+                        "exchange sends to other ranks, and a single process sends none; "
+                        "use time_source='steps' for a deterministic epoch cost on one process."
+                    )
+
+    def _stats(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> ExchangeStats:
+        stats = exchange_stats(pl_module)
+        if stats is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: time_source='bytes' reads the byte counters of the "
+                "strategy's exchange (the halo exchanger of BoundaryExchangeStrategy or the "
+                "sequence parallelism of GraphParallelStrategy, handed to the module's "
+                f"parallel_context), but the strategy {type(trainer.strategy).__name__} counts "
+                "no bytes for this module; use time_source='steps' for a deterministic epoch "
+                "cost, or time_source='wall'."
+            )
+        return stats
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epochs_started = 0
         self._batch_timer.reset()
+        self._batch_bytes = None
         # A run resumed mid-epoch gets no `on_train_epoch_start` for that epoch.
         if self.setting is not None:
             self._apply(self._target(trainer, pl_module), self.setting)
@@ -172,7 +243,10 @@ class LDRSchedule(Callback, Generic[SettingT]):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._batch_timer.start()
+        if self.time_source == WALL:
+            self._batch_timer.start()
+        elif self.time_source == BYTES:
+            self._batch_bytes = self._stats(trainer, pl_module).total("train")
 
     @override
     def on_train_batch_end(
@@ -183,8 +257,17 @@ class LDRSchedule(Callback, Generic[SettingT]):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if self._batch_timer.running:
-            self._epoch_time += self._batch_timer.stop()
+        if self.time_source == WALL:
+            if self._batch_timer.running:
+                self._epoch_time += self._batch_timer.stop()
+        elif self.time_source == STEPS:
+            self._epoch_time += 1.0
+        elif self._batch_bytes is not None:
+            # The exchange records its bytes synchronously (forward and backward): all of
+            # this batch's are counted by now.
+            sent = self._stats(trainer, pl_module).total("train") - self._batch_bytes
+            self._epoch_time += float(sent)
+            self._batch_bytes = None
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -222,9 +305,22 @@ class LDRSchedule(Callback, Generic[SettingT]):
                     "`monitor` to a metric it logs."
                 )
             loss = float(value)
-        # Every rank decides from rank 0's loss and epoch time: identical decisions.
-        loss, seconds = trainer.strategy.broadcast((float(loss), float(pending["time"])), src=0)
-        self.tracker.update(loss, seconds)
+        # Every rank decides from rank 0's loss and epoch cost: identical decisions.
+        loss, cost = trainer.strategy.broadcast((float(loss), float(pending["time"])), src=0)
+        if self.time_source != WALL and not cost > 0.0:
+            what = "batches" if self.time_source == STEPS else "bytes sent by rank 0's exchange"
+            hint = (
+                "every training epoch needs at least one batch"
+                if self.time_source == STEPS
+                else "rank 0 has no boundary rows to send (or the exchange ran no training "
+                "exchange); use time_source='steps'"
+            )
+            raise RuntimeError(
+                f"{type(self).__name__}: training epoch {pending['epoch']} cost {cost:g} "
+                f"{what} (time_source={self.time_source!r}) but the loss descent rate divides "
+                f"by the epoch cost; {hint}."
+            )
+        self.tracker.update(loss, cost)
         if self.setting is None:
             self.setting = self._initial()
         self.setting = self._next(self.setting, self.tracker.more_precision())
@@ -238,10 +334,20 @@ class LDRSchedule(Callback, Generic[SettingT]):
             "history": [[epoch, setting] for epoch, setting in self.history],
             "pending": None if self._pending is None else dict(self._pending),
             "epoch_time": self._epoch_time,
+            "time_source": self.time_source,
         }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # A state without "time_source" was saved before the option existed: wall time.
+        saved = state_dict.get("time_source", WALL)
+        if saved != self.time_source:
+            raise ValueError(
+                f"{type(self).__name__}: the state was saved with time_source={saved!r} but "
+                f"this callback has time_source={self.time_source!r}; the kept loss descent "
+                f"rates are per {_UNITS.get(saved, saved)}, new ones would be per "
+                f"{_UNITS[self.time_source]}: resume with the same time_source."
+            )
         self.tracker.load_state_dict(state_dict["tracker"])
         setting = state_dict["setting"]
         self.setting = None if setting is None else self._check_setting(setting)

@@ -7,7 +7,7 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from lightgraph.callbacks.ldr_schedule import LDRSchedule
+from lightgraph.callbacks.ldr_schedule import DEFAULT_TIME_SOURCE, LDRSchedule
 from lightgraph.distributed.context import parallel_context
 from lightgraph.distributed.halo_exchanger import HaloExchanger
 from lightgraph.functional.loss_descent_rate import DEFAULT_READING
@@ -41,7 +41,8 @@ class PipelineAdaptor(LDRSchedule[str]):
     :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate`.
 
     :math:`L_t` is the epoch-level ``monitor`` metric, :math:`et_t` the wall time of the
-    epoch's training batches; decisions are taken from rank 0's values and are identical
+    epoch's training batches (or, with ``time_source``, their number or the bytes they
+    sent); decisions are taken from rank 0's values and are identical
     on all ranks. The mode of every epoch is logged as ``pipeline_sync`` (1 = sync,
     0 = async; with ``log=True``) and kept in :attr:`history`.
 
@@ -55,6 +56,10 @@ class PipelineAdaptor(LDRSchedule[str]):
         log: log ``pipeline_sync`` every epoch.
         reading: when to run a synchronous epoch, ``"more_precision_when_descent_slows"``
             or ``"more_precision_when_descent_speeds_up"`` (see above).
+        time_source: what :math:`et_t` counts: ``"wall"`` (seconds of the epoch's training
+            batches, the paper's), ``"steps"`` (their number) or ``"bytes"`` (bytes rank
+            0's exchange sent during them); the counted ones replay exactly (see
+            :class:`~lightgraph.callbacks.LDRSchedule` and ``docs/callbacks.md``).
     """
 
     _log_key = "pipeline_sync"
@@ -66,9 +71,15 @@ class PipelineAdaptor(LDRSchedule[str]):
         monitor: str = "train_loss",
         log: bool = True,
         reading: str = DEFAULT_READING,
+        time_source: str = DEFAULT_TIME_SOURCE,
     ) -> None:
         super().__init__(
-            window=window, smoothing=smoothing, monitor=monitor, log=log, reading=reading
+            window=window,
+            smoothing=smoothing,
+            monitor=monitor,
+            log=log,
+            reading=reading,
+            time_source=time_source,
         )
 
     @override

@@ -26,6 +26,7 @@ from torch_geometric.data import Data
 
 from lightgraph.functional.neighbor_sampling import sample_neighbors
 from lightgraph.utilities.checks import check_bool, check_fanouts, check_int
+from lightgraph.utilities.random_state import check_rng_state
 
 
 def make_generator(seed: int, *keys: Any) -> torch.Generator:
@@ -171,3 +172,17 @@ class NeighborSamplingLoader:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch = int(state["epoch"])
         self._next_batch = int(state["next_batch"])
+
+    # Every draw follows from (seed, epoch, batch): the position is the random state. It
+    # matters for validation loaders, whose state Lightning does not save
+    # (:class:`~lightgraph.callbacks.RandomStateCheckpoint` does).
+    def rng_state(self) -> dict[str, Any]:
+        """The position ``{"epoch", "next_batch"}`` that seeds the next batches."""
+        return self.state_dict()
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`rng_state`."""
+        owner = "NeighborSamplingLoader.set_rng_state"
+        check_rng_state(owner, state, ("epoch", "next_batch"), "NeighborSamplingLoader.rng_state()")
+        self.epoch = check_int(owner, "state['epoch']", state["epoch"], low=0)
+        self._next_batch = check_int(owner, "state['next_batch']", state["next_batch"], low=0)

@@ -44,6 +44,11 @@ from lightgraph.utilities.checks import (
     describe,
 )
 from lightgraph.utilities.imports import WITH_PYG_LIB, WITH_TORCH_SPARSE
+from lightgraph.utilities.random_state import (
+    check_rng_state,
+    generator_state,
+    restore_generator,
+)
 
 __all__ = ["BACKENDS", "UniformNeighborSampler", "neighbor_loader"]
 
@@ -249,6 +254,24 @@ class UniformNeighborSampler(BaseSampler):
             edge=out.edge,
             num_sampled_nodes=out.num_sampled_nodes,
             num_sampled_edges=out.num_sampled_edges,
+        )
+
+    # ------------------------------------------------------------------- random state
+    def rng_state(self) -> dict[str, Any]:
+        """The state of the sampler's generator (``None``: it draws from torch's global
+        generator), for :class:`~lightgraph.callbacks.RandomStateCheckpoint`.
+
+        Only draws made in this process are captured: ``DataLoader`` workers re-seed
+        their copies from the worker seed, which follows the loader's ``generator``.
+        """
+        return {"generator": generator_state(self.generator)}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Continue sampling from :meth:`rng_state` (the generator is set in place)."""
+        owner = f"{type(self).__name__}.set_rng_state"
+        check_rng_state(owner, state, ("generator",), f"{type(self).__name__}.rng_state()")
+        self.generator = restore_generator(
+            state["generator"], self.generator, owner, "state['generator']"
         )
 
     def _reseed_in_worker(self) -> None:

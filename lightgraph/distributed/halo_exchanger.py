@@ -44,6 +44,11 @@ from lightgraph.quant.variance_aware_bits import (
     aggregation_coefficients,
 )
 from lightgraph.utilities.checks import check_choice, check_probability, check_type
+from lightgraph.utilities.random_state import (
+    check_rng_state,
+    generator_state,
+    restore_generator,
+)
 
 Mode = Literal["sync", "async", "overlap"]
 MODES: tuple[str, ...] = get_args(Mode)
@@ -463,6 +468,25 @@ class HaloExchanger:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+    # ------------------------------------------------------------------- random state
+    def rng_state(self) -> dict[str, Any]:
+        """The quantisation-noise generator's state (``None`` before the first quantised
+        exchange), for :class:`~lightgraph.callbacks.RandomStateCheckpoint`.
+
+        Boundary sampling needs no state: its draws follow from ``(seed, epoch, pair)``.
+        """
+        return {"generator": generator_state(self._generator)}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Continue the quantisation noise from :meth:`rng_state`.
+
+        A generator not created yet is created from the saved state; ``None`` returns to a
+        freshly seeded generator at the next quantised exchange.
+        """
+        owner = "HaloExchanger.set_rng_state"
+        check_rng_state(owner, state, ("generator",), "HaloExchanger.rng_state()")
+        self._generator = restore_generator(state["generator"], None, owner, "state['generator']")
 
     # ----------------------------------------------------------------------- internals
     def _rng(self, device: torch.device) -> torch.Generator:

@@ -26,6 +26,11 @@ from lightgraph.quant.bit_width_policy import BitWidthPolicy
 from lightgraph.quant.degree_aware_bits import DegreeAwareBits
 from lightgraph.quant.variance_aware_bits import VarianceAwareBits
 from lightgraph.utilities.checks import check_int, check_type
+from lightgraph.utilities.random_state import (
+    check_rng_state,
+    generator_state,
+    restore_generator,
+)
 
 #: Widths of one all-to-all: per peer, the widths of the rows sent to it and received from it.
 Widths = tuple[list[Tensor], list[Tensor]]
@@ -357,6 +362,17 @@ class SequenceParallel:
             return None
         sent, received = self.message_bits(kind, num_tokens, layer, direction)
         return (sent, received) if direction == "forward" else (received, sent)
+
+    def rng_state(self) -> dict[str, Any]:
+        """The quantisation-noise generator's state (``None`` before the first quantised
+        all-to-all), for :class:`~lightgraph.callbacks.RandomStateCheckpoint`."""
+        return {"generator": generator_state(self._generator)}
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Continue the quantisation noise from :meth:`rng_state` (``None``: freshly seeded)."""
+        owner = "SequenceParallel.set_rng_state"
+        check_rng_state(owner, state, ("generator",), "SequenceParallel.rng_state()")
+        self._generator = restore_generator(state["generator"], None, owner, "state['generator']")
 
     def _rng(self) -> torch.Generator:
         # One CPU generator: pack_rows draws one seed from it per message, on any device.

@@ -1,4 +1,4 @@
-"""Utilities every floor may use: argument checks and optional-dependency flags."""
+"""Utilities every floor may use: argument checks, optional-dependency flags, random states."""
 
 from lightgraph.utilities.checks import (
     BITS,
@@ -22,6 +22,14 @@ from lightgraph.utilities.imports import (
     require_torch_sparse,
     resolve_model_path,
 )
+from lightgraph.utilities.random_state import (
+    check_rng_state,
+    generator_state,
+    global_rng_state,
+    restore_generator,
+    restore_global_rng_state,
+    seed_global_rngs,
+)
 
 __all__ = [
     "BITS",
@@ -38,8 +46,14 @@ __all__ = [
     "check_positive",
     "check_probability",
     "check_rate",
+    "check_rng_state",
     "check_type",
+    "generator_state",
+    "global_rng_state",
     "require",
     "require_torch_sparse",
     "resolve_model_path",
+    "restore_generator",
+    "restore_global_rng_state",
+    "seed_global_rngs",
 ]

@@ -67,3 +67,29 @@ def test_bad_arguments_are_named():
         NeighborSamplingLoader(indptr, indices, x, y, torch.arange(3), [2], batch_size=0)
     with pytest.raises(ValueError, match="fanouts"):
         NeighborSamplingLoader(indptr, indices, x, y, torch.arange(3), [0], batch_size=2)
+
+
+def test_rng_state_is_the_position_that_seeds_the_next_batches():
+    """An evaluation loader (no shuffle) draws new samples every pass: the pass counter is
+    its random state, which RandomStateCheckpoint carries across a resume."""
+    edge_index, x, y = _graph()
+    indptr, indices = to_csc(edge_index, x.size(0))
+
+    def make():
+        return NeighborSamplingLoader(
+            indptr, indices, x, y, torch.arange(30), [2, 2], batch_size=30, shuffle=False, seed=1
+        )
+
+    loader = make()
+    first = next(iter(loader)).n_id
+    state = loader.rng_state()
+    assert state == {"epoch": 1, "next_batch": 0}
+    expected = next(iter(loader)).n_id
+    assert not torch.equal(first, expected)  # a fresh loader would repeat `first`
+    resumed = make()
+    resumed.set_rng_state(state)
+    assert torch.equal(next(iter(resumed)).n_id, expected)
+    with pytest.raises(TypeError, match=r"keys \['epoch', 'next_batch'\]"):
+        resumed.set_rng_state({"epoch": 1})
+    with pytest.raises(ValueError, match=r"expected `state\['epoch'\]` to be an integer >= 0"):
+        resumed.set_rng_state({"epoch": -1, "next_batch": 0})

@@ -206,3 +206,20 @@ def test_bad_arguments(graph):
         sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([400])))
     with pytest.raises(ValueError, match="neighbor_loader: expected `batch_size`"):
         neighbor_loader(graph, [5], batch_size=0)
+
+
+def test_rng_state_continues_the_samples_in_place(graph):
+    sampler = UniformNeighborSampler(graph, [3, 2], seed=4)
+    seeds = NodeSamplerInput(input_id=None, node=torch.arange(20))
+    sampler.sample_from_nodes(seeds)
+    state = sampler.rng_state()
+    expected = sampler.sample_from_nodes(seeds).node
+    resumed = UniformNeighborSampler(graph, [3, 2], seed=4)
+    generator = resumed.generator
+    resumed.set_rng_state(state)
+    assert resumed.generator is generator  # set in place: loaders holding it follow
+    assert torch.equal(resumed.sample_from_nodes(seeds).node, expected)
+    fresh = UniformNeighborSampler(graph, [3, 2], seed=4).sample_from_nodes(seeds).node
+    assert not torch.equal(fresh, expected)
+    with pytest.raises(TypeError, match="UniformNeighborSampler.set_rng_state: expected `state`"):
+        resumed.set_rng_state(None)  # type: ignore[arg-type]

@@ -42,3 +42,36 @@ def test_setup_warms_the_quantiser_up_once_with_a_policy(monkeypatch) -> None:  
     assert calls == []
     HaloExchanger(policy=FixedBits(4)).setup()
     assert calls == [1]
+
+
+def test_rng_state_round_trips_and_recreates_the_lazy_generator() -> None:
+    import io
+
+    cpu = torch.device("cpu")
+    exchanger = HaloExchanger(seed=5)
+    assert exchanger.rng_state() == {"generator": None}  # created at the first quantised row
+    torch.rand(7, generator=exchanger._rng(cpu))  # quantisation noise drawn so far
+    buffer = io.BytesIO()
+    torch.save(exchanger.rng_state(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)  # as a checkpoint holds it
+    expected = torch.rand(5, generator=exchanger._rng(cpu))
+    # A fresh exchanger (resumed run: no generator yet) continues the same noise.
+    resumed = HaloExchanger(seed=5)
+    resumed.set_rng_state(state)
+    assert torch.equal(torch.rand(5, generator=resumed._rng(cpu)), expected)
+    # Without the state it would start over from the seed: the round trip can fail.
+    assert not torch.equal(torch.rand(5, generator=HaloExchanger(seed=5)._rng(cpu)), expected)
+    # None returns to the freshly seeded generator.
+    resumed.set_rng_state({"generator": None})
+    first = torch.rand(5, generator=resumed._rng(cpu))
+    assert torch.equal(first, torch.rand(5, generator=HaloExchanger(seed=5)._rng(cpu)))
+
+
+def test_set_rng_state_rejects_other_states() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"HaloExchanger.set_rng_state: expected `state` to be a mapping with the keys "
+        r"\['generator'\] \(from HaloExchanger.rng_state\(\)\) but got list",
+    ):
+        HaloExchanger().set_rng_state([1])  # type: ignore[arg-type]

@@ -218,3 +218,17 @@ def test_graph_parallel_attention_equals_single_process(world: int) -> None:
             torch.testing.assert_close(
                 result["grads"][name], p.grad, rtol=1e-10, atol=1e-12, msg=f"grad of {name}"
             )
+
+
+def test_rng_state_round_trips_and_recreates_the_lazy_generator() -> None:
+    sp = SequenceParallel(seed=2)
+    assert sp.rng_state() == {"generator": None}
+    torch.rand(3, generator=sp._rng())
+    state = sp.rng_state()
+    expected = torch.rand(4, generator=sp._rng())
+    resumed = SequenceParallel(seed=2)
+    resumed.set_rng_state(state)
+    assert torch.equal(torch.rand(4, generator=resumed._rng()), expected)
+    assert not torch.equal(torch.rand(4, generator=SequenceParallel(seed=2)._rng()), expected)
+    with pytest.raises(TypeError, match="SequenceParallel.set_rng_state: expected `state`"):
+        resumed.set_rng_state({"generators": None})
