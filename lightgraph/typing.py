@@ -71,13 +71,21 @@ class EmbeddingSyncTarget(Protocol):
 class RandomStateful(Protocol):
     """An object that owns random generators a resumed run must continue exactly.
 
+    The state may also hold what the object carries from one epoch into the next that is
+    neither in the weights nor in a callback's state, since it must be saved and restored
+    per rank at the same points as the generators: the
+    :class:`~lightgraph.distributed.HaloExchanger` adds the rows of its asynchronous
+    pipeline (the previous epoch's halo rows and gradients, which an asynchronous epoch
+    computes with) under ``"buffers"``.
+
     :class:`~lightgraph.callbacks.RandomStateCheckpoint` saves :meth:`rng_state` of every
     such object it finds (the strategy's runtime in the
     :class:`~lightgraph.distributed.ParallelContext`, the strategy, every submodule of the
     LightningModule, the DataModule, the training and validation dataloaders and their
     samplers) in each checkpoint, per rank, and hands it back to :meth:`set_rng_state` on
     resume. Implemented by
-    :class:`~lightgraph.distributed.HaloExchanger` (quantisation noise),
+    :class:`~lightgraph.distributed.HaloExchanger` (quantisation noise, and the halo rows
+    and gradients it carries into the next epoch),
     :class:`~lightgraph.distributed.SequenceParallel` (quantisation noise),
     :class:`~lightgraph.data.UniformNeighborSampler` (neighbour draws) and
     :class:`~lightgraph.data.minibatch.NeighborSamplingLoader` (its position, which seeds its
@@ -89,9 +97,10 @@ class RandomStateful(Protocol):
 
     def rng_state(self) -> dict[str, Any]:
         """The state of every running generator the object owns (tensors, ints, strings,
-        ``None`` -- what :func:`torch.load` reads with ``weights_only=True``); a generator
-        not created yet is ``None``. :func:`lightgraph.utilities.generator_state` writes
-        one generator."""
+        lists, ``None`` -- what :func:`torch.load` reads with ``weights_only=True``), and
+        any carried state as above; a generator not created yet is ``None``.
+        :func:`lightgraph.utilities.generator_state` writes one generator. Called on every
+        rank when a checkpoint is saved."""
         ...
 
     def set_rng_state(self, state: dict[str, Any]) -> None:

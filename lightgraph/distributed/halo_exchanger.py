@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import itertools
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -81,6 +83,36 @@ class _Messages:
     def pick(self, halo_grad: Tensor) -> Tensor:
         """``[num_halo, F]`` halo gradients -> the rows that travel back."""
         return halo_grad if self.recv_index is None else halo_grad[self.recv_index]
+
+    def to(self, device: torch.device) -> _Messages:
+        """The same layout with its tensors on ``device``."""
+
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device)
+
+        return dataclasses.replace(
+            self,
+            send_index=self.send_index.to(device),
+            recv_index=move(self.recv_index),
+            send_bits=move(self.send_bits),
+            recv_bits=move(self.recv_bits),
+        )
+
+    def state(self) -> dict[str, Any]:
+        """The layout as checkpoint data: CPU tensors, ints, lists and ``None`` only."""
+
+        def cpu(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.detach().cpu()
+
+        return {
+            "send_index": cpu(self.send_index),
+            "send_counts": [int(c) for c in self.send_counts],
+            "recv_index": cpu(self.recv_index),
+            "recv_counts": [int(c) for c in self.recv_counts],
+            "send_bits": cpu(self.send_bits),
+            "recv_bits": cpu(self.recv_bits),
+            "num_halo": int(self.num_halo),
+        }
 
 
 class _Decoding:
@@ -190,7 +222,8 @@ class HaloExchanger:
       this epoch's travel. Staleness is exactly one epoch. An exchange with no previous
       epoch to draw from (the first training epoch) is performed synchronously, and every
       synchronous exchange also refreshes the buffers, so switching modes between epochs
-      never serves data older than one epoch.
+      never serves data older than one epoch. The buffers are part of :meth:`rng_state`,
+      so a run resumed from a checkpoint continues the pipeline exactly.
     * ``mode="overlap"``: AdaQP's computation/communication parallelisation — partition-aware
       layers start the exchange (:meth:`start_halo`), compute what their inner rows
       determine while it is in flight, then finish with the halo rows; in backward the
@@ -469,24 +502,55 @@ class HaloExchanger:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    # ------------------------------------------------------------------- random state
+    # ------------------------------------------------------------------- resume state
     def rng_state(self) -> dict[str, Any]:
-        """The quantisation-noise generator's state (``None`` before the first quantised
-        exchange), for :class:`~lightgraph.callbacks.RandomStateCheckpoint`.
+        """What a resumed run continues from, for
+        :class:`~lightgraph.callbacks.RandomStateCheckpoint`:
+
+        * ``"generator"``: the quantisation-noise generator's state (``None`` before the
+          first quantised exchange);
+        * ``"buffers"``: the rows the exchange carries into the next epoch, one entry per
+          ``(layer, direction)`` — the halo rows (``"forward"``) and halo gradients
+          (``"backward"``) received in the last training exchange, with the message layout
+          they travelled in (which rows, their bit-widths). An asynchronous epoch computes
+          with them (the previous epoch's rows) while its own travel; without them a run
+          resumed before an asynchronous epoch would exchange fresh rows there. Transfers
+          still in flight (started by an asynchronous epoch for the next one) are waited
+          for first: the wait is idempotent (a transfer caches its rows), so the run goes
+          on exactly as without the save. Empty when every exchange so far was the plain
+          synchronous FP32 one. Rows and layouts are saved as CPU tensors; restored rows
+          move to the exchange's device at their first use.
 
         Boundary sampling needs no state: its draws follow from ``(seed, epoch, pair)``.
         """
-        return {"generator": generator_state(self._generator)}
+        buffers = []
+        for (layer, direction), (pending, msgs) in self._buffers.items():
+            rows = pending.wait()  # the next epoch's wait returns the same rows
+            buffers.append(
+                {"layer": layer, "direction": direction, "rows": rows.detach().cpu()} | msgs.state()
+            )
+        return {"generator": generator_state(self._generator), "buffers": buffers}
 
     def set_rng_state(self, state: dict[str, Any]) -> None:
-        """Continue the quantisation noise from :meth:`rng_state`.
+        """Continue from :meth:`rng_state`: the quantisation noise and the carried rows.
 
         A generator not created yet is created from the saved state; ``None`` returns to a
-        freshly seeded generator at the next quantised exchange.
+        freshly seeded generator at the next quantised exchange. The carried rows replace
+        this exchanger's (an asynchronous epoch computes with them next). A state without
+        ``"buffers"`` (saved before lightgraph kept them) restores the generator only.
         """
         owner = "HaloExchanger.set_rng_state"
-        check_rng_state(owner, state, ("generator",), "HaloExchanger.rng_state()")
+        keys = (
+            ("generator",)
+            if isinstance(state, Mapping) and set(state) == {"generator"}
+            else ("generator", "buffers")
+        )
+        check_rng_state(owner, state, keys, "HaloExchanger.rng_state()")
+        buffers = _restore_buffers(owner, state["buffers"]) if "buffers" in state else None
         self._generator = restore_generator(state["generator"], None, owner, "state['generator']")
+        if buffers is not None:
+            self.drain()
+            self._buffers = buffers
 
     # ----------------------------------------------------------------------- internals
     def _rng(self, device: torch.device) -> torch.Generator:
@@ -665,6 +729,9 @@ class HaloExchanger:
         previous = self._buffers.pop(key, None)
         if self.mode == "async" and previous is not None:
             stale, stale_msgs = previous[0].wait(), previous[1]
+            if isinstance(previous[0], _Restored):  # from a checkpoint, on the CPU
+                device = msgs.send_index.device
+                stale, stale_msgs = stale.to(device), stale_msgs.to(device)
             self._buffers[key] = (start(), msgs)  # this epoch's rows, used next epoch
             return stale, stale_msgs
         if previous is not None:
@@ -672,6 +739,77 @@ class HaloExchanger:
         fresh = start().wait()
         self._buffers[key] = (Ready(fresh), msgs)
         return fresh, msgs
+
+
+class _Restored(Ready):
+    """Rows carried into the first epoch of a resumed run (:meth:`HaloExchanger.set_rng_state`).
+
+    Saved as CPU tensors; :meth:`HaloExchanger._transfer` moves them, and their layout, to
+    the exchange's device when an asynchronous epoch uses them.
+    """
+
+
+_BUFFER_KEYS: tuple[str, ...] = (
+    "layer",
+    "direction",
+    "rows",
+    "send_index",
+    "send_counts",
+    "recv_index",
+    "recv_counts",
+    "send_bits",
+    "recv_bits",
+    "num_halo",
+)
+
+
+def _restore_buffers(owner: str, entries: Any) -> dict[tuple[str, str], tuple[Any, _Messages]]:
+    """The exchanger's buffers from the ``"buffers"`` of :meth:`HaloExchanger.rng_state`."""
+    if not isinstance(entries, list | tuple):
+        raise TypeError(
+            f"{owner}: expected state['buffers'] to be a list of carried exchanges (from "
+            f"HaloExchanger.rng_state()) but got {type(entries).__name__}."
+        )
+    buffers: dict[tuple[str, str], tuple[Any, _Messages]] = {}
+    for i, entry in enumerate(entries):
+        where = f"state['buffers'][{i}]"
+        if not isinstance(entry, Mapping) or set(entry) != set(_BUFFER_KEYS):
+            got = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
+            raise TypeError(
+                f"{owner}: expected {where} to be a mapping with the keys {sorted(_BUFFER_KEYS)} "
+                f"but got {got}."
+            )
+        layer, direction = entry["layer"], entry["direction"]
+        if not isinstance(layer, str) or direction not in ("forward", "backward"):
+            raise ValueError(
+                f"{owner}: expected {where} to name a layer (str) and a direction ('forward' or "
+                f"'backward') but got {layer!r} and {direction!r}."
+            )
+        for name in ("rows", "send_index", "recv_index", "send_bits", "recv_bits"):
+            optional = name not in ("rows", "send_index")
+            value = entry[name]
+            if not (isinstance(value, Tensor) or (optional and value is None)):
+                raise TypeError(
+                    f"{owner}: expected {where}[{name!r}] to be a tensor"
+                    f"{' or None' if optional else ''} but got {type(value).__name__}."
+                )
+        for name in ("send_counts", "recv_counts"):
+            if not isinstance(entry[name], list | tuple):
+                raise TypeError(
+                    f"{owner}: expected {where}[{name!r}] to be a list of ints but got "
+                    f"{type(entry[name]).__name__}."
+                )
+        msgs = _Messages(
+            send_index=entry["send_index"],
+            send_counts=[int(c) for c in entry["send_counts"]],
+            recv_index=entry["recv_index"],
+            recv_counts=[int(c) for c in entry["recv_counts"]],
+            send_bits=entry["send_bits"],
+            recv_bits=entry["recv_bits"],
+            num_halo=int(entry["num_halo"]),
+        )
+        buffers[(layer, direction)] = (_Restored(entry["rows"]), msgs)
+    return buffers
 
 
 class _PipelinedExchange(torch.autograd.Function):

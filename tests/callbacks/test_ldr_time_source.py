@@ -7,9 +7,12 @@ batches, or the bytes the exchange records between ``on_train_batch_start`` and
 are clear errors. On 2 ranks, with ``recipes/sylvie_deterministic.yaml`` shrunk to a
 300-node graph: two runs slowed down at random take identical readings and schedules with
 ``"steps"`` and ``"bytes"`` (and different readings with ``"wall"``, so the comparison can
-fail), and a run resumed from the checkpoint written right after the first change of width
-or mode logs the same ``bitwidth`` and ``pipeline_sync`` in every remaining epoch as the
-uninterrupted run.
+fail), and a run resumed mid-schedule -- before a synchronous epoch, before an
+asynchronous one (which computes with the halo rows and gradients the checkpoint
+carries), and between two asynchronous ones (those rows in flight when the checkpoint was
+written) -- logs the same ``bitwidth``, ``pipeline_sync`` and ``train_loss`` in every
+remaining epoch as the uninterrupted run and ends with the same weights and optimiser
+state; without the carried rows the first resumed asynchronous epoch differs.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 import yaml
 from lightning.pytorch.callbacks import Callback
 
@@ -321,6 +325,11 @@ class Record(Callback):
         }
         with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump(record, f)
+        weights = {
+            "state_dict": pl_module.state_dict(),
+            "optimizer": trainer.optimizers[0].state_dict(),
+        }
+        torch.save(weights, os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"))
 
 
 def sylvie_config(
@@ -371,8 +380,9 @@ def fit(
 ) -> dict[str, Any]:
     """Builds the run as the CLI would and fits it through the Trainer API.
 
-    Returns every rank's :class:`Record`, the schedule rank 0 logged per epoch
-    (``(epoch, bitwidth, pipeline_sync)`` from the CSV logger) and the callbacks' sources.
+    Returns every rank's :class:`Record` and final weights and optimiser state, the
+    schedule rank 0 logged per epoch (``(epoch, bitwidth, pipeline_sync)`` from the CSV
+    logger), the training losses and the callbacks' sources.
     """
     from lightgraph.cli import build_cli
 
@@ -387,10 +397,11 @@ def fit(
             extra.append(SlowDown(slow_seed))
         cli.trainer.callbacks.extend(extra)  # after the LDR callbacks: inside their windows
         cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
-    ranks = []
+    ranks, weights = [], []
     for rank in range(2):
         with open(out_dir / f"rank{rank}.json") as f:
             ranks.append(json.load(f))
+        weights.append(torch.load(out_dir / f"rank{rank}.pt", weights_only=True))
     [metrics] = glob.glob(str(tmp_path / name / "logs" / "**" / "metrics.csv"), recursive=True)
     with open(metrics) as f:
         rows = [row for row in csv.DictReader(f) if row.get("bitwidth")]
@@ -398,6 +409,7 @@ def fit(
     losses = {int(r["epoch"]): float(r["train_loss"]) for r in rows if r.get("train_loss")}
     return {
         "ranks": ranks,
+        "weights": weights,
         "logged": logged,
         "losses": losses,
         "sources": {type(cb).__name__: cb.time_source for cb in ldr},
@@ -456,9 +468,41 @@ def test_counted_costs_replay_despite_random_slowdowns(tmp_path, time_source: st
 EPOCHS_B = 40  # changes of width and mode from epoch 17 on, through epoch 36
 
 
+EXCHANGER = "parallel_context.halo_exchanger"
+
+
+def _without_carried_rows(path: Any, out: Any) -> Any:
+    """The checkpoint at ``path`` with the exchangers' carried rows removed (as saved before
+    lightgraph kept them): the resumed run's first asynchronous epoch exchanges fresh rows."""
+    checkpoint = torch.load(path, weights_only=True)
+    for state in checkpoint["callbacks"]["RandomStateCheckpoint"]["ranks"]:
+        assert state["owned"][EXCHANGER]["buffers"], "nothing carried: nothing to drop"
+        del state["owned"][EXCHANGER]["buffers"]
+    torch.save(checkpoint, out)
+    return out
+
+
+def _assert_same_tensors(a: Any, b: Any, path: str) -> None:
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), f"{path} differs"
+    elif isinstance(a, dict):
+        assert set(a) == set(b), path
+        for key in a:
+            _assert_same_tensors(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same_tensors(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
-def test_deterministic_sylvie_resumed_mid_schedule_takes_the_same_trajectory(tmp_path) -> None:
+@pytest.mark.parametrize("resume_at", ["before_sync", "before_async", "between_async"])
+def test_deterministic_sylvie_resumed_mid_schedule_takes_the_same_trajectory(
+    tmp_path, resume_at: str
+) -> None:
     ckpt_dir = tmp_path / "ckpt"
     straight = fit(
         sylvie_config(tmp_path, "straight", EPOCHS_B, checkpoints=str(ckpt_dir)),
@@ -470,12 +514,22 @@ def test_deterministic_sylvie_resumed_mid_schedule_takes_the_same_trajectory(tmp
     assert [epoch for epoch, _, _ in logged] == list(range(EPOCHS_B))
     changed = changes(logged)
     assert changed, "no change of width or mode: the test would resume nothing"
+
+    def asynchronous(epoch: int) -> bool:
+        return logged[epoch][2] == 0.0
+
     # Resume mid-schedule: at the first epoch boundary after a change of width or mode
-    # that is followed by a synchronous epoch. (Before an asynchronous epoch the resumed
-    # run lacks the in-flight halo rows of the checkpointed epoch, which are not in the
-    # checkpoint: its first epoch exchanges fresh rows, and its losses differ; see
-    # docs/resume.md.)
-    boundary = next(e for e in range(changed[0], EPOCHS_B - 1) if logged[e + 1][2] == 1.0)
+    # that is followed by a synchronous epoch, by an asynchronous one, or by an
+    # asynchronous one after an asynchronous one. An asynchronous epoch computes with the
+    # halo rows and gradients of the checkpointed epoch -- received in it (after a
+    # synchronous epoch) or still in flight when the checkpoint was written (after an
+    # asynchronous one) -- and the checkpoint carries them.
+    accept = {
+        "before_sync": lambda e: not asynchronous(e + 1),
+        "before_async": lambda e: asynchronous(e + 1),
+        "between_async": lambda e: asynchronous(e) and asynchronous(e + 1),
+    }[resume_at]
+    boundary = next(e for e in range(changed[0], EPOCHS_B - 1) if accept(e))
     later = [e for e in changed if e > boundary + 1]
     assert later, "no change after the resumed epoch: nothing left to replay"
     resumed = fit(
@@ -498,3 +552,19 @@ def test_deterministic_sylvie_resumed_mid_schedule_takes_the_same_trajectory(tmp
     assert {e: resumed["losses"][e] for e in resumed["losses"]} == {
         e: straight["losses"][e] for e in range(boundary + 1, EPOCHS_B)
     }
+    # ... and the final weights and optimiser state, on both ranks.
+    for rank in range(2):
+        _assert_same_tensors(straight["weights"][rank], resumed["weights"][rank], f"rank {rank}")
+    if resume_at != "before_sync":
+        # The control: without the carried rows the first resumed epoch exchanges fresh
+        # ones, and its loss differs.
+        stripped = _without_carried_rows(
+            ckpt_dir / f"epoch={boundary}.ckpt", tmp_path / "stripped.ckpt"
+        )
+        dropped = fit(
+            sylvie_config(tmp_path, "dropped", boundary + 2),
+            tmp_path,
+            "dropped",
+            ckpt_path=stripped,
+        )
+        assert dropped["losses"][boundary + 1] != straight["losses"][boundary + 1]

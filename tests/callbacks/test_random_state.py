@@ -186,6 +186,51 @@ def test_boundary_exchange_resume_is_bit_exact(tmp_path, dropout: float, bits: i
         assert not torch.equal(states[0], states[1])
 
 
+# ------------------------------------------------------ PipeGCN (async exchange), 2 ranks
+EXCHANGER_KEY = "parallel_context.halo_exchanger"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_pipegcn_resume_is_bit_exact(tmp_path) -> None:
+    """``mode="async"`` throughout (PipeGCN, FP32, dropout): every epoch after the first
+    computes with the halo rows and gradients of the previous epoch. The checkpoint
+    carries them (``HaloExchanger.rng_state()["buffers"]``), so the run resumed right
+    before an asynchronous epoch equals the uninterrupted one; the same checkpoint
+    without them (the resumed run's first epoch then exchanges fresh rows) differs."""
+
+    def run(name: str, epochs: int, ckpt: str | None = None, callback: bool = True) -> Run:
+        data = PartitionedGraphDataModule(
+            _dataset(), partitioner="metis", cache_dir=str(tmp_path / "cache")
+        )
+        strategy = BoundaryExchangeStrategy(mode="async", start_method="fork")
+        return _fit(tmp_path, name, _gcn(0.5), data, strategy, 2, epochs, ckpt, callback)
+
+    final = _check_resume(run)
+    half = Run(str(tmp_path / "half"))
+    checkpoint = half.checkpoint()  # loads with weights_only=True
+    ranks = checkpoint["callbacks"][STATE_KEY]["ranks"]
+    for rank, state in enumerate(ranks):
+        carried = state["owned"][EXCHANGER_KEY]["buffers"]
+        # the rows of both directions, received while the checkpointed epoch trained
+        assert {entry["direction"] for entry in carried} == {"forward", "backward"}, rank
+        assert all(entry["rows"].numel() > 0 for entry in carried), rank
+    # Rows of the next epoch were in flight at the end of the run; they were waited for.
+    assert {len(r["owned"][EXCHANGER_KEY]["buffers"]) for r in ranks} == {
+        len(r["owned"][EXCHANGER_KEY]["buffers"]) for r in final["callbacks"][STATE_KEY]["ranks"]
+    }
+    # The control: the same resume with the carried rows dropped from the checkpoint.
+    for state in ranks:
+        del state["owned"][EXCHANGER_KEY]["buffers"]  # as saved before they were carried
+    stripped = str(tmp_path / "stripped.ckpt")
+    torch.save(checkpoint, stripped)
+    dropped = run("dropped", EPOCHS, stripped).checkpoint()
+    assert any(
+        not torch.equal(final["state_dict"][k], dropped["state_dict"][k])
+        for k in final["state_dict"]
+    ), "resumed without the carried rows, the first asynchronous epoch should differ"
+
+
 # ----------------------------------------------------------- graph transformer, 2 ranks
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
