@@ -87,6 +87,7 @@ class RandomStateful(Protocol):
     :class:`~lightgraph.distributed.HaloExchanger` (quantisation noise, and the halo rows
     and gradients it carries into the next epoch),
     :class:`~lightgraph.distributed.SequenceParallel` (quantisation noise),
+    :class:`~lightgraph.distributed.FlowPipeline` (its stages' random stream),
     :class:`~lightgraph.data.UniformNeighborSampler` (neighbour draws) and
     :class:`~lightgraph.data.minibatch.NeighborSamplingLoader` (its position, which seeds its
     draws; Lightning saves it for training loaders only).

@@ -56,7 +56,8 @@ class RandomStateCheckpoint(Callback):
     * every :class:`~lightgraph.typing.RandomStateful` object of the run: the runtime of
       the strategy (the :class:`~lightgraph.distributed.ParallelContext`: the
       :class:`~lightgraph.distributed.HaloExchanger`'s and
-      :class:`~lightgraph.distributed.SequenceParallel`'s quantisation noise, and the
+      :class:`~lightgraph.distributed.SequenceParallel`'s quantisation noise, the
+      :class:`~lightgraph.distributed.FlowPipeline`'s stage stream, and the
       halo rows and gradients the exchanger's asynchronous pipeline carries into the next
       epoch), the strategy itself, every submodule of the LightningModule, the
       DataModule, and the training dataloaders, their samplers and

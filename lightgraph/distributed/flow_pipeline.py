@@ -3,6 +3,7 @@ microbatches (thesis §5.3.2), on :mod:`torch.distributed.pipelining`."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from lightgraph.nn.models.pipeline_stages import (
     stage_width,
 )
 from lightgraph.utilities.checks import check_choice, check_int, check_optional_int
+from lightgraph.utilities.random_state import check_rng_state, generator_state, restore_generator
 
 __all__ = ["COMPUTE_KINDS", "ComputeObserver", "FlowPipeline"]
 
@@ -155,6 +157,21 @@ class FlowPipeline:
     save the trained model, :meth:`state_dict_of_stages` gathers every stage's parameters
     from its rank.
 
+    **Random stream.** Every stage compute (dropout masks of any kind) draws from the
+    pipeline's own stream, not from the one torch's default generators carry on: for the
+    duration of the compute the default CPU generator (and the device's, on an
+    accelerator) is switched to this rank's stream and back. Work running between the
+    computes -- a :class:`~lightgraph.distributed.BubbleInterleaver`'s LM jobs in the
+    bubbles, parked while the stage computes -- keeps the default stream to itself, so
+    neither side's draws depend on how the two interleave in time. The stream is seeded,
+    at the first compute, from ``(torch.initial_seed(), rank)`` (``seed_everything``'s
+    seed) and is part of :meth:`rng_state` (a
+    :class:`~lightgraph.typing.RandomStateful`, saved per rank by
+    :class:`~lightgraph.callbacks.RandomStateCheckpoint`). The switch assumes that no
+    other thread draws while the stage computes (true with the interleaver's gate on).
+    Nothing else is carried from one step into the next: a step's activations, gradients
+    and dropout masks are dropped when it ends.
+
     Args:
         group: process group of the pipeline (default: the world group); its size is the
             number of stages ``P``.
@@ -198,6 +215,10 @@ class FlowPipeline:
         self._device = torch.device("cpu")
         self._dtype = torch.float32
         self._count = 1
+        # The stages' random stream (see the class doc): CPU, and the device's on an
+        # accelerator; None until the first compute draws on it.
+        self._stream: torch.Generator | None = None
+        self._device_stream: torch.Generator | None = None
         #: logits ``[N, C]`` (original order, detached) of the last :meth:`step` with
         #: ``keep_logits=True``, on the last stage
         self.last_logits: Tensor | None = None
@@ -639,6 +660,64 @@ class FlowPipeline:
         """
         return module.load_state_dict(state_dict, strict=strict)
 
+    # ------------------------------------------------------------------ random state
+    def rng_state(self) -> dict[str, Any]:
+        """The stages' random stream (:class:`~lightgraph.typing.RandomStateful`):
+        ``{"generator": CPU state, "device_generator": the accelerator's or None}``, each
+        ``None`` before the first compute."""
+        return {
+            "generator": generator_state(self._stream),
+            "device_generator": generator_state(self._device_stream),
+        }
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        """Continue the stream of :meth:`rng_state` (a ``None`` state: seeded afresh)."""
+        owner = "FlowPipeline.set_rng_state"
+        check_rng_state(owner, state, ("generator", "device_generator"), "FlowPipeline.rng_state()")
+        self._stream = restore_generator(state["generator"], self._stream, owner, "generator")
+        self._device_stream = restore_generator(
+            state["device_generator"], self._device_stream, owner, "device_generator"
+        )
+
+    def _streams(self) -> tuple[torch.Generator, torch.Generator | None]:
+        """The stream's generators, seeded from ``(torch.initial_seed(), rank)`` at first use."""
+        device = self._device
+        accel = device.type != "cpu"
+        if self._stream is None or (accel and self._device_stream is None):
+            key = f"lightgraph-flow-stage\x1f{torch.initial_seed()}\x1f{self._rank}".encode()
+            seed = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+            if self._stream is None:
+                self._stream = torch.Generator().manual_seed(seed)
+            if accel and self._device_stream is None:
+                self._device_stream = torch.Generator(device=device).manual_seed(seed)
+        if accel and self._device_stream is not None and self._device_stream.device != device:
+            # The model moved to another accelerator: the stream follows it.
+            moved = torch.Generator(device=device)
+            moved.set_state(self._device_stream.get_state())
+            self._device_stream = moved
+        return self._stream, self._device_stream if accel else None
+
+    @contextmanager
+    def _stage_stream(self) -> Iterator[None]:
+        """Torch's default generators switched to the stages' stream (and back)."""
+        stream, device_stream = self._streams()
+        saved = torch.get_rng_state()
+        torch.set_rng_state(stream.get_state())
+        saved_device = None
+        if device_stream is not None:
+            accel = torch.get_device_module(device_stream.device)
+            saved_device = accel.get_rng_state(device_stream.device)
+            accel.set_rng_state(device_stream.get_state(), device_stream.device)
+        try:
+            yield
+        finally:
+            stream.set_state(torch.get_rng_state())
+            torch.set_rng_state(saved)
+            if device_stream is not None and saved_device is not None:
+                accel = torch.get_device_module(device_stream.device)
+                device_stream.set_state(accel.get_rng_state(device_stream.device))
+                accel.set_rng_state(saved_device, device_stream.device)
+
     # ------------------------------------------------------------------ helpers
     @contextmanager
     def _observed_by(self, observer: ComputeObserver | None) -> Iterator[None]:
@@ -656,11 +735,14 @@ class FlowPipeline:
     def _compute(self, kind: str) -> Iterator[None]:
         observer = self._observer
         if observer is None:
-            yield
+            with self._stage_stream():
+                yield
             return
         observer.compute_begin(kind)
         try:
-            yield
+            # Inside the observer's bracket: a bubble interleaver's LM work is parked.
+            with self._stage_stream():
+                yield
         finally:
             observer.compute_end(kind)
 

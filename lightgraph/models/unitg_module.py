@@ -39,6 +39,9 @@ from lightgraph.utilities.checks import (
 )
 
 SCHEDULES: tuple[str, ...] = ("collaborative", "sequential")
+#: Checkpoint key of what a UniTGModule keeps per rank (see ``on_save_checkpoint``).
+RANK_STATE_KEY = "unitg_rank_states"
+_CACHE_BUFFERS: tuple[str, ...] = ("lm_cache", "lm_cache_exit", "lm_stamp")
 ENCODE_AT: tuple[str, ...] = ("last", "exit")
 
 
@@ -337,6 +340,69 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             if self.store.size(0) != n:
                 self._allocate_store(n)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    # ------------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add every rank's LM cache and the run's time totals.
+
+        The LM cache (``lm_cache``, ``lm_cache_exit``, ``lm_stamp``) is per rank: stage
+        ``r`` caches the embeddings of its own jobs until :meth:`sync_embeddings` merges
+        the ranks' caches. The state dict the strategy writes holds rank 0's only, so the
+        checkpoint also gets ``checkpoint["unitg_rank_states"] = {"world_size": W,
+        "lm_caches": [rank 0's, ..., rank W-1's], "totals": {...}}`` (collective: every
+        rank saves checkpoints together, as Lightning does). ``totals`` are the wall-clock
+        sums behind ``lm_time_total`` / ``gnn_time_total`` / ``lm_bubble_time_total``, which
+        a resumed run continues.
+        """
+        caches: list[dict[str, Tensor]] = []
+        if self.lm is not None:
+            local = {name: getattr(self, name).detach().cpu().clone() for name in _CACHE_BUFFERS}
+            _, world = self._rank_world()
+            if world > 1:
+                gathered: list[Any] = [None] * world
+                dist.all_gather_object(gathered, local)
+                caches = list(gathered)
+            else:
+                caches = [local]
+        checkpoint[RANK_STATE_KEY] = {
+            "world_size": max(len(caches), 1),
+            "lm_caches": caches,
+            "totals": {k: float(v) for k, v in self.totals.items()},
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Give this rank its own LM cache back (before the state dict is loaded).
+
+        Resumed with the number of ranks that saved it, every rank gets its own cache.
+        Otherwise (another world size, or a checkpoint saved before the caches were kept
+        per rank, whose state dict holds rank 0's cache on every rank) rank 0 gets the
+        merge of the saved caches (each node's latest stamp wins) and the other ranks an
+        empty cache, so the next :meth:`sync_embeddings` counts every cached embedding
+        once.
+        """
+        state_dict = checkpoint.get("state_dict")
+        saved = checkpoint.get(RANK_STATE_KEY)
+        if isinstance(saved, dict):
+            self.totals.update({k: float(v) for k, v in saved.get("totals", {}).items()})
+        if self.lm is None or not isinstance(state_dict, dict) or "lm_stamp" not in state_dict:
+            return
+        rank, world = self._rank_world()
+        caches = saved.get("lm_caches") if isinstance(saved, dict) else None
+        if caches and len(caches) == world:
+            mine = caches[rank]
+        elif rank == 0:
+            mine = _merge_caches(caches) if caches else None  # None: keep the state dict's
+        else:
+            mine = {
+                "lm_cache": torch.zeros_like(state_dict["lm_cache"]),
+                "lm_cache_exit": torch.zeros_like(state_dict["lm_cache_exit"]),
+                "lm_stamp": torch.full_like(state_dict["lm_stamp"], -1),
+            }
+        if mine is not None:
+            for name in _CACHE_BUFFERS:
+                state_dict[name] = mine[name]
+        if "encoded" in state_dict:
+            self.encoded_fraction = float(state_dict["encoded"].float().mean())
 
     def _lm_vocab_size(self) -> int | None:
         assert self.lm is not None
@@ -720,6 +786,17 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
 
     def test_step(self, batch: Data, batch_idx: int) -> None:
         self._evaluate("test")
+
+
+def _merge_caches(caches: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """One cache from several ranks' caches: for each node the entry with the latest stamp."""
+    out = {name: caches[0][name].clone() for name in _CACHE_BUFFERS}
+    for cache in caches[1:]:
+        newer = cache["lm_stamp"] > out["lm_stamp"]
+        out["lm_cache"][newer] = cache["lm_cache"][newer]
+        out["lm_cache_exit"][newer] = cache["lm_cache_exit"][newer]
+        out["lm_stamp"][newer] = cache["lm_stamp"][newer]
+    return out
 
 
 __all__ = ["LMJob", "UniTGModule"]

@@ -109,8 +109,15 @@ class FlowParallelStrategy(ExchangeGroupStrategy):
     @override
     def configure_ddp(self) -> None:
         # Each rank trains its own stage: no DDP wrapper, no gradient all-reduce. Start
-        # every rank from rank 0's weights, as the DDP wrapper would.
+        # every rank from rank 0's weights, as the DDP wrapper would -- unless the fit
+        # resumes: every rank has just loaded the checkpoint's whole model, and rank 0's
+        # state would overwrite what each rank keeps for itself (UniTG's per-rank LM
+        # cache, restored by the module's `on_load_checkpoint`).
         assert self.model is not None
+        module = self.lightning_module
+        trainer = module._trainer if module is not None else None
+        if trainer is not None and trainer.ckpt_path is not None:
+            return
         _sync_module_states(self.model)
 
     @property

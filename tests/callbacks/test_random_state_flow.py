@@ -1,0 +1,164 @@
+"""RandomStateCheckpoint on the pipeline strategy (``flow_parallel``): UniTG (an LM and a
+deep GNN trained together, the GNN as 2 pipeline stages) resumed from an epoch-boundary
+checkpoint equals the uninterrupted run bit for bit -- with the LM's jobs interleaved in
+the pipeline bubbles -- and without the callback it does not."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from lightgraph.callbacks import ModalitySync, RandomStateCheckpoint  # noqa: E402
+from lightgraph.data import SyntheticGraph, SyntheticTextGraph, TextGraphDataModule  # noqa: E402
+from lightgraph.models import UniTGModule  # noqa: E402
+from lightgraph.models.unitg_module import RANK_STATE_KEY  # noqa: E402
+from lightgraph.nn import EarlyExitEncoder, LMEncoder, RevGCN  # noqa: E402
+from lightgraph.strategies import FlowParallelStrategy  # noqa: E402
+from lightgraph.utilities import seed_global_rngs  # noqa: E402
+from tests.callbacks.test_random_state import (  # noqa: E402
+    STATE_KEY,
+    Run,
+    SeedEachProcess,
+    _metrics,
+    assert_identical,
+)
+
+CLASSES, FEATURES = 4, 16
+EPOCHS, HALF = 4, 2
+PIPELINE_KEY = "parallel_context.flow_pipeline"
+CACHE_KEYS = ("lm_cache", "lm_cache_exit", "lm_stamp")
+
+
+def _datamodule(cache: str) -> TextGraphDataModule:
+    graph = SyntheticGraph(num_nodes=120, num_classes=CLASSES, num_features=FEATURES, seed=3)
+    text = SyntheticTextGraph(graph, words_per_node=6, vocab_per_class=4, noise_vocab_size=20)
+    return TextGraphDataModule(text, serve="graph", cache_dir=cache)
+
+
+def _module(bubble: bool) -> UniTGModule:
+    seed_global_rngs(0)  # every run starts alike, as under seed_everything
+    lm = EarlyExitEncoder(
+        LMEncoder(
+            vocab_size=64,
+            hidden_size=16,
+            num_layers=4,
+            num_heads=2,
+            intermediate_size=32,
+            max_position=16,
+            dropout=0.1,  # hidden and attention dropout, drawn on the LM's thread
+        ),
+        num_classes=CLASSES,
+        dropout=0.2,
+    )
+    gnn = RevGCN(FEATURES, 16, CLASSES, num_layers=4, dropout=0.3)  # the stages' dropout
+    return UniTGModule(
+        gnn,
+        CLASSES,
+        lm=lm,
+        lm_epochs=2,
+        lm_batch_size=16,
+        encode_batch_size=16,
+        lm_share=1.0,  # LM jobs in every epoch, before and after the resume
+        bubble_interleave=bubble,
+        total_epochs=EPOCHS,  # the half run spreads the LM jobs like the full one
+        lr=0.01,
+        lm_lr=0.01,
+    )
+
+
+def _fit(tmp_path, name: str, epochs: int, ckpt: str | None, callback: bool, bubble: bool) -> Run:
+    root = str(tmp_path / name)
+    callbacks: list[pl.Callback] = [SeedEachProcess()]
+    if callback:
+        callbacks.append(RandomStateCheckpoint())
+    callbacks += [
+        ModalitySync(total_epochs=EPOCHS, patience=1),
+        ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), save_last=True),
+    ]
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=FlowParallelStrategy(num_microbatches=2, start_method="fork"),
+        max_epochs=epochs,
+        logger=CSVLogger(str(tmp_path), name=name),
+        log_every_n_steps=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=root,
+        callbacks=callbacks,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(_module(bubble), _datamodule(str(tmp_path / "cache")), ckpt_path=ckpt)
+    return Run(root)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("bubble", [True, False], ids=["bubble-interleave", "in-line"])
+def test_flow_parallel_unitg_resume_is_bit_exact(tmp_path, bubble: bool) -> None:
+    def run(name: str, epochs: int, ckpt: str | None = None, callback: bool = True) -> Run:
+        return _fit(tmp_path, name, epochs, ckpt, callback, bubble)
+
+    straight = run("straight", EPOCHS)
+    half = run("half", HALF)
+    resumed = run("resumed", EPOCHS, half.last)
+    a, b = straight.checkpoint(), resumed.checkpoint()
+    assert a["epoch"] == b["epoch"] == EPOCHS - 1 and a["global_step"] == b["global_step"]
+    assert_identical(a["state_dict"], b["state_dict"], "state_dict")
+    assert_identical(a["optimizer_states"], b["optimizer_states"], "optimizer_states")
+    assert_identical(a["callbacks"][STATE_KEY], b["callbacks"][STATE_KEY], "random states")
+    assert_identical(a[RANK_STATE_KEY]["lm_caches"], b[RANK_STATE_KEY]["lm_caches"], "LM caches")
+    logged, relogged = _metrics(straight.root, HALF), _metrics(resumed.root, HALF)
+    for epoch in range(HALF, EPOCHS):
+        for key in ("train_loss", "lm_loss", "val_acc", "encoded_fraction"):
+            assert (epoch, key) in {(e, k) for e, _, k in logged}, (epoch, key)
+    assert logged == relogged
+    # Each rank's pipeline stage draws its dropout masks from its own generator, saved
+    # per rank; the LM's draws come from torch's global generator.
+    ranks = a["callbacks"][STATE_KEY]["ranks"]
+    stage_generators = [r["owned"][PIPELINE_KEY]["generator"]["state"] for r in ranks]
+    assert not torch.equal(stage_generators[0], stage_generators[1])
+    # The same resume without the callback continues from fresh generators.
+    plain = run("plain", EPOCHS, half.last, callback=False).checkpoint()
+    assert any(
+        not torch.equal(a["state_dict"][k], plain["state_dict"][k]) for k in a["state_dict"]
+    ), "the resumed run without RandomStateCheckpoint should differ: nothing random was drawn"
+
+
+def test_lm_caches_of_another_world_size_are_merged_on_rank_zero() -> None:
+    """Resumed on one process, a 2-rank checkpoint's LM caches are merged (the latest
+    stamp of each node wins), so the next sync counts every cached embedding once."""
+    module = _module(bubble=False)
+    hidden = module.lm_cache.size(1)
+    caches = []
+    for rank, stamps in enumerate(([4, -1, 2], [1, 6, -1])):
+        stamp = torch.tensor(stamps)
+        caches.append(
+            {
+                "lm_cache": torch.full((3, hidden), float(rank + 1)),
+                "lm_cache_exit": torch.full((3,), rank),
+                "lm_stamp": stamp,
+            }
+        )
+    state_dict = {k: v.clone() for k, v in caches[0].items()}
+    state_dict["encoded"] = torch.tensor([True, False, True, False])
+    checkpoint = {
+        "state_dict": state_dict,
+        RANK_STATE_KEY: {"world_size": 2, "lm_caches": caches, "totals": {"lm_time": 2.5}},
+    }
+    module.on_load_checkpoint(checkpoint)
+    assert torch.equal(state_dict["lm_stamp"], torch.tensor([4, 6, 2]))
+    assert torch.equal(state_dict["lm_cache_exit"], torch.tensor([0, 1, 0]))
+    assert state_dict["lm_cache"][:, 0].tolist() == [1.0, 2.0, 1.0]
+    assert module.totals["lm_time"] == 2.5 and module.encoded_fraction == 0.5
