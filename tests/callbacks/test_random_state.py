@@ -99,12 +99,14 @@ def _fit(
     epochs: int,
     ckpt_path: str | None = None,
     callback: bool = True,
+    extra_callbacks: tuple[pl.Callback, ...] = (),
     **trainer_kwargs: Any,
 ) -> Run:
     root = str(tmp_path / name)
     callbacks: list[pl.Callback] = [SeedEachProcess()]
     if callback:
         callbacks.append(RandomStateCheckpoint())
+    callbacks.extend(extra_callbacks)
     callbacks.append(ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), save_last=True))
     trainer = pl.Trainer(
         accelerator="cpu",

@@ -5,19 +5,13 @@ the pipeline bubbles -- and without the callback it does not."""
 
 from __future__ import annotations
 
-import os
-import warnings
-
-import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from lightgraph.callbacks import ModalitySync, RandomStateCheckpoint  # noqa: E402
+from lightgraph.callbacks import ModalitySync  # noqa: E402
 from lightgraph.data import SyntheticGraph, SyntheticTextGraph, TextGraphDataModule  # noqa: E402
 from lightgraph.models import UniTGModule  # noqa: E402
 from lightgraph.models.unitg_module import RANK_STATE_KEY  # noqa: E402
@@ -27,9 +21,11 @@ from lightgraph.utilities import seed_global_rngs  # noqa: E402
 from tests.callbacks.test_random_state import (  # noqa: E402
     STATE_KEY,
     Run,
-    SeedEachProcess,
     _metrics,
     assert_identical,
+)
+from tests.callbacks.test_random_state import (
+    _fit as fit,
 )
 
 CLASSES, FEATURES = 4, 16
@@ -76,31 +72,18 @@ def _module(bubble: bool) -> UniTGModule:
 
 
 def _fit(tmp_path, name: str, epochs: int, ckpt: str | None, callback: bool, bubble: bool) -> Run:
-    root = str(tmp_path / name)
-    callbacks: list[pl.Callback] = [SeedEachProcess()]
-    if callback:
-        callbacks.append(RandomStateCheckpoint())
-    callbacks += [
-        ModalitySync(total_epochs=EPOCHS, patience=1),
-        ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), save_last=True),
-    ]
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    return fit(
+        tmp_path,
+        name,
+        _module(bubble),
+        _datamodule(str(tmp_path / "cache")),
+        FlowParallelStrategy(num_microbatches=2, start_method="fork"),
         devices=2,
-        strategy=FlowParallelStrategy(num_microbatches=2, start_method="fork"),
-        max_epochs=epochs,
-        logger=CSVLogger(str(tmp_path), name=name),
-        log_every_n_steps=1,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=root,
-        callbacks=callbacks,
+        epochs=epochs,
+        ckpt_path=ckpt,
+        callback=callback,
+        extra_callbacks=(ModalitySync(total_epochs=EPOCHS, patience=1),),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(_module(bubble), _datamodule(str(tmp_path / "cache")), ckpt_path=ckpt)
-    return Run(root)
 
 
 @pytest.mark.multiprocess
