@@ -78,7 +78,9 @@ class AggregationOrder(pl.Callback):
         self.repeats = check_int(_OWNER, "repeats", repeats, low=1)
         self.warmup = check_int(_OWNER, "warmup", warmup, low=0)
         self.timer = check_callable(_OWNER, "timer", timer, hint="e.g. time.perf_counter")
-        self.log = check_bool(_OWNER, "log", log)
+        # Not `self.log`: Lightning overwrites every callback's `log` attribute with the
+        # LightningModule's `log` method when the fit starts.
+        self.log_metrics = check_bool(_OWNER, "log", log)
         self.forced = orders is not None
         #: The chosen order of every layer (``None``: kept as is); ``None`` until chosen.
         self.orders: list[str | None] | None = None
@@ -111,7 +113,11 @@ class AggregationOrder(pl.Callback):
             self._profile(pl_module, batch)
             if self.profiled >= self.profile_batches:
                 self._decide(trainer, pl_module)
-        if self.orders is not None and self.log and self._logged_epoch != trainer.current_epoch:
+        if (
+            self.orders is not None
+            and self.log_metrics
+            and self._logged_epoch != trainer.current_epoch
+        ):
             self._log(pl_module)
             self._logged_epoch = trainer.current_epoch
 

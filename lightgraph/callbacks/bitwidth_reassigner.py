@@ -55,7 +55,9 @@ class BitWidthReassigner(Callback):
     def __init__(self, period: int = 50, log: bool = True, verbose: bool = True) -> None:
         owner = "BitWidthReassigner"
         self.period = check_int(owner, "period", period)
-        self.log = check_bool(owner, "log", log)
+        # Not `self.log`: Lightning overwrites every callback's `log` attribute with the
+        # LightningModule's `log` method when the fit starts.
+        self.log_metrics = check_bool(owner, "log", log)
         self.verbose = check_bool(owner, "verbose", verbose)
         #: epochs after which widths were re-assigned (across resumes)
         self.reassigned: list[int] = []
@@ -102,7 +104,7 @@ class BitWidthReassigner(Callback):
         policy = self._policy
         if isinstance(policy, VarianceAwareBits):
             policy.tracing = True  # every epoch of the period (the exchanger stops it to solve)
-        if not self.log:
+        if not self.log_metrics:
             return
         log = {"assign_seconds": self.seconds}
         if isinstance(policy, VarianceAwareBits):

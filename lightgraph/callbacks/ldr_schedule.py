@@ -118,7 +118,9 @@ class LDRSchedule(Callback, Generic[SettingT]):
                 f"{owner}: expected `monitor` to be a non-empty metric name but got {monitor!r}."
             )
         self.monitor = monitor
-        self.log = check_bool(owner, "log", log)
+        # Not `self.log`: Lightning overwrites every callback's `log` attribute with the
+        # LightningModule's `log` method when the fit starts.
+        self.log_metrics = check_bool(owner, "log", log)
         self.tracker = LossDescentRate(
             smoothing=self.smoothing, window=self.window, reading=self.reading
         )
@@ -228,7 +230,7 @@ class LDRSchedule(Callback, Generic[SettingT]):
             self.history.append((epoch, self.setting))
         self._epochs_started += 1
         self._epoch_time = 0.0
-        if self.log:
+        if self.log_metrics:
             pl_module.log(
                 self._log_key,
                 self._log_value(self.setting),

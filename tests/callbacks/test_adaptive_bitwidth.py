@@ -238,7 +238,7 @@ def drive(
         # Lightning publishes the epoch-level metrics after every epoch-end hook.
         trainer.callback_metrics = {"train_loss": torch.tensor(loss)}
     callback.on_train_end(trainer, module)
-    if callback.log:
+    if callback.log_metrics:
         assert [name for name, _ in logged] == [callback._log_key] * len(losses)
     return during, exchanger
 

@@ -244,3 +244,15 @@ def test_the_profiled_batch_is_the_training_batch_with_its_trimming(monkeypatch,
         assert nodes == batches[0].num_sampled_nodes and edges == batches[0].num_sampled_edges
     else:
         assert nodes is None and edges is None
+
+
+@pytest.mark.parametrize("log", [True, False])
+def test_log_false_logs_nothing_in_a_real_fit(log):
+    """Lightning sets every callback's ``log`` attribute to the module's ``log`` method at
+    fit start; the switch must survive that (it once read the overwritten attribute)."""
+    module = _module(GCN)
+    forced = [AGGREGATE_FIRST, TRANSFORM_FIRST, AGGREGATE_FIRST]
+    trainer = _trainer(AggregationOrder(orders=forced, timer=_never, log=log))
+    trainer.fit(module, _loader())
+    logged = [k for k in trainer.callback_metrics if k.startswith("aggregation_order/")]
+    assert bool(logged) is log
