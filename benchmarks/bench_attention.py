@@ -118,10 +118,11 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from harness import run_worker, tagged
 
 HIDDEN, HEADS = 64, 8
 HEAD_DIM = HIDDEN // HEADS
@@ -429,23 +430,6 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
     return result
 
 
-def _run(cmd: list[str], timeout: float, threads: int) -> tuple[int | None, str, str]:
-    """Run ``cmd``; returns (return code or None on timeout, stdout, stderr)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        out = out.decode(errors="replace") if isinstance(out, bytes) else out
-        return None, out, ""
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def _tagged(text: str, tag: str) -> str | None:
-    lines = [line[len(tag) :] for line in text.splitlines() if line.startswith(tag)]
-    return lines[-1] if lines else None
-
-
 def _common_flags(args: argparse.Namespace) -> list[str]:
     return [
         f"--threads={args.threads}",
@@ -470,10 +454,10 @@ def build_pattern(S: int, path: str, args: argparse.Namespace) -> dict:
     if os.path.exists(path):
         return {"status": "ok", "cached": True}
     cmd = [sys.executable, os.path.abspath(__file__), "--prepare", str(S), path]
-    code, out, err = _run(cmd + _common_flags(args), args.timeout, args.threads)
+    code, out, err = run_worker(cmd + _common_flags(args), args.timeout, args.threads)
     if code is None:
         return {"status": f"pattern build timed out (> {args.timeout:g} s)"}
-    line = _tagged(out, RESULT_TAG)
+    line = tagged(out, RESULT_TAG)
     if code != 0 or line is None:
         return {"status": f"pattern build failed (rc {code}): {err.strip()[-300:]}"}
     return {"status": "ok", **json.loads(line)}
@@ -485,11 +469,11 @@ def run_case(kind: str, S: int, pattern_file: str | None, args: argparse.Namespa
     if pattern_file:
         cmd.append(f"--pattern-file={pattern_file}")
     clock = time.perf_counter()
-    code, out, err = _run(cmd, args.timeout, args.threads)
+    code, out, err = run_worker(cmd, args.timeout, args.threads)
     wall = time.perf_counter() - clock
-    line = _tagged(out, RESULT_TAG)
+    line = tagged(out, RESULT_TAG)
     if code is None:
-        setup = _tagged(out, SETUP_TAG)
+        setup = tagged(out, SETUP_TAG)
         result = {"kind": kind, "S": S, "status": "timeout"}
         result["note"] = f"timed out (> {args.timeout:g} s)"
         if setup is not None:  # the warm-up alone ran past the rest of the limit

@@ -87,10 +87,11 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from harness import run_worker, tagged
 
 DEFAULT_SIZES = (65536, 131072, 262144, 524288, 1048576, 2097152)
 DEFAULT_KINDS = ("sparse", "cluster_sparse", "dense")
@@ -270,23 +271,6 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
 
 
 # --------------------------------------------------------------------------------- driver
-def _run(cmd: list[str], timeout: float, threads: int) -> tuple[int | None, str, str]:
-    """Run ``cmd``; returns (return code or None on timeout, stdout, stderr)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        out = out.decode(errors="replace") if isinstance(out, bytes) else out
-        return None, out, ""
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def _tagged(text: str, tag: str) -> str | None:
-    lines = [line[len(tag) :] for line in text.splitlines() if line.startswith(tag)]
-    return lines[-1] if lines else None
-
-
 def _common_flags(args: argparse.Namespace) -> list[str]:
     flags = [
         f"--threads={args.threads}",
@@ -329,8 +313,8 @@ def build_sequence_file(S: int, cache: str, args: argparse.Namespace) -> dict:
                 return {"status": "ok", "path": path, "cached": True, **json.load(f)}
         cmd = [sys.executable, os.path.abspath(__file__), "--prepare", str(S), path, reorder]
         clock = time.perf_counter()
-        code, out, err = _run(cmd + _common_flags(args), args.prepare_timeout, args.threads)
-        line = _tagged(out, RESULT_TAG)
+        code, out, err = run_worker(cmd + _common_flags(args), args.prepare_timeout, args.threads)
+        line = tagged(out, RESULT_TAG)
         if code == 0 and line is not None:
             return {"status": "ok", "path": path, **json.loads(line), "notes": notes}
         if code is None:
@@ -350,9 +334,9 @@ def run_case(kind: str, S: int, pattern_file: str, args: argparse.Namespace) -> 
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, str(S)]
     cmd += _common_flags(args) + [f"--pattern-file={pattern_file}"]
     clock = time.perf_counter()
-    code, out, err = _run(cmd, args.timeout, args.threads)
+    code, out, err = run_worker(cmd, args.timeout, args.threads)
     wall = time.perf_counter() - clock
-    line = _tagged(out, RESULT_TAG)
+    line = tagged(out, RESULT_TAG)
     if code is None:
         result = {"kind": kind, "S": S, "status": "timeout"}
         result["note"] = f"timed out (> {args.timeout:g} s)"

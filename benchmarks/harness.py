@@ -132,3 +132,22 @@ def column(rows: list[dict[str, Any]], key: str) -> list[float]:
 
 def strategy(**init_args: object) -> dict:
     return {"class_path": "lightgraph.strategies.BoundaryExchangeStrategy", "init_args": init_args}
+
+
+def run_worker(cmd: list[str], timeout: float, threads: int) -> tuple[int | None, str, str]:
+    """Run a benchmark's worker subprocess with ``OMP_NUM_THREADS=threads``; returns (return
+    code, or ``None`` when it ran past ``timeout`` seconds, stdout, stderr)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        out = out.decode(errors="replace") if isinstance(out, bytes) else out
+        return None, out, ""
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def tagged(text: str, tag: str) -> str | None:
+    """The rest of the last line of ``text`` that starts with ``tag`` (``None``: no such line)."""
+    lines = [line[len(tag) :] for line in text.splitlines() if line.startswith(tag)]
+    return lines[-1] if lines else None
