@@ -128,9 +128,15 @@ def _fit(
     return Run(root)
 
 
-def _check_resume(run: Callable[..., Run]) -> dict[str, Any]:
-    """Uninterrupted vs. resumed at the epoch boundary ``HALF``: identical. Without the
-    callback the resumed run differs. Returns the final checkpoint."""
+def _check_resume(
+    run: Callable[..., Run],
+    logged_keys: tuple[str, ...] = ("train_loss",),
+    also: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Uninterrupted vs. resumed at the epoch boundary ``HALF``: identical (``also``
+    compares more of the two final checkpoints), and every epoch after ``HALF`` logged
+    ``logged_keys``. Without the callback the resumed run differs. Returns the final
+    checkpoint."""
     straight = run("straight", EPOCHS)
     half = run("half", HALF)
     assert torch.load(half.last, weights_only=True)["epoch"] == HALF - 1
@@ -141,8 +147,11 @@ def _check_resume(run: Callable[..., Run]) -> dict[str, Any]:
     assert_identical(a["optimizer_states"], b["optimizer_states"], "optimizer_states")
     # Every rank's generators ended in the same state, too.
     assert_identical(a["callbacks"][STATE_KEY], b["callbacks"][STATE_KEY], "random states")
+    if also is not None:
+        also(a, b)
     logged, relogged = _metrics(straight.root, HALF), _metrics(resumed.root, HALF)
-    assert {(e, k) for e, _, k in logged} >= {(e, "train_loss") for e in range(HALF, EPOCHS)}
+    expected = {(e, k) for e in range(HALF, EPOCHS) for k in logged_keys}
+    assert {(e, k) for e, _, k in logged} >= expected, expected - {(e, k) for e, _, k in logged}
     assert logged == relogged
     # The same resume without the callback continues from fresh generators.
     plain = run("plain", EPOCHS, half.last, callback=False).checkpoint()
