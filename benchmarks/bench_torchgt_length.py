@@ -484,7 +484,8 @@ def main() -> None:
         else:
             print(
                 f"  {kind:<16} S = {best['S']:,} (step {best['step_s']:.2f} s, "
-                f"peak RSS {best['peak_gib']:.2f} GiB)"
+                f"peak {'GPU memory' if args.device == 'cuda' else 'RSS'} "
+                f"{best['peak_gib']:.2f} GiB)"
             )
     if args.out:
         with open(args.out, "w") as f:
