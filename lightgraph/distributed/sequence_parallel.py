@@ -483,13 +483,13 @@ class SequenceParallel:
         widths: Widths | None = None,
     ) -> Tensor:
         """``[S_r, H, *]`` → ``[S, H/P, *]``; records the bytes sent to peers."""
+        if widths is not None:
+            return self._heads_exchange_quantized(x, num_tokens, stage, layer, direction, widths)
         p = self.world_size
         sizes = shard_sizes(num_tokens, p)
         local = x.size(0)
         rest = tuple(x.shape[2:])
         heads = x.size(1) // p
-        if widths is not None:
-            return self._heads_exchange_quantized(x, num_tokens, stage, layer, direction, widths)
         # Block q of the send buffer holds this rank's tokens of rank q's heads.
         send = x.reshape((local, p, heads) + rest).transpose(0, 1).contiguous()
         send = send.reshape((p * local, heads) + rest)
@@ -511,13 +511,13 @@ class SequenceParallel:
         widths: Widths | None = None,
     ) -> Tensor:
         """``[S, H/P, *]`` → ``[S_r, H, *]``; records the bytes sent to peers."""
+        if widths is not None:
+            return self._sequence_exchange_quantized(x, num_tokens, stage, layer, direction, widths)
         p = self.world_size
         sizes = shard_sizes(num_tokens, p)
         local = sizes[self.rank]
         rest = tuple(x.shape[2:])
         heads = x.size(1)
-        if widths is not None:
-            return self._sequence_exchange_quantized(x, num_tokens, stage, layer, direction, widths)
         send = x.contiguous()
         recv = send.new_empty((p * local, heads) + rest)
         dist.all_to_all_single(
