@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from jsonargparse import Namespace
+from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import lightgraph.strategies  # noqa: F401  (registers the strategy names)
 
@@ -17,6 +19,19 @@ class LightgraphCLI(LightningCLI):
     Sizes known only from the data (feature size, number of classes, multi-label) are
     linked from the data module into the model when both are instantiated.
     """
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        """Parse ``args`` (``None``: ``sys.argv``) into ``self.config``.
+
+        LightningCLI warns whenever ``args`` is given while ``sys.argv`` holds arguments
+        too, a guard against mixing the two by mistake. The ``lightgraph`` command hands
+        LightningCLI exactly the arguments it was run with (less ``prepare``), so the
+        warning would fire on every command; lightgraph parses them without it.
+        """
+        if isinstance(args, (dict, Namespace)):
+            self.config = parser.parse_object(args)
+        else:
+            self.config = parser.parse_args(args)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments(
@@ -76,10 +91,16 @@ def prepare(args: list[str]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``lightgraph`` console script."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "prepare":
-        prepare(argv[1:])
-        return
-    build_cli(args=argv)
+    with warnings.catch_warnings():
+        # Lightning's own pytree helper calls a torch API that torch deprecated; the
+        # warning concerns Lightning's code, not the user's run.
+        warnings.filterwarnings(
+            "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+        )
+        if argv and argv[0] == "prepare":
+            prepare(argv[1:])
+            return
+        build_cli(args=argv)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -118,6 +119,36 @@ def _run(
         text=True,
         env={**os.environ, **(env or {})},
     )
+
+
+def _console_script() -> list[str]:
+    exe = os.path.join(os.path.dirname(sys.executable), "lightgraph")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "lightgraph"]
+
+
+# A Python warning as printed to stderr: "<file>.py:<line>: <message>".
+_WARNING_LINE = re.compile(r"\.py:\d+: ")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["fit", "prepare"])
+def test_console_script_prints_no_warning(tmp_path, command: str) -> None:
+    """A clean ``lightgraph fit`` / ``lightgraph prepare`` writes no Python warning."""
+    if command == "fit":
+        args = ["fit", "--config", os.path.join(ROOT, "recipes", "single.yaml"), *TINY]
+        args += [f"--data.init_args.cache_dir={tmp_path}"]
+    else:
+        args = ["prepare", "--config", os.path.join(ROOT, "recipes", "hanoi.yaml")]
+        args += [
+            "--data.init_args.dataset.init_args.num_nodes=400",
+            "--data.init_args.num_parts=4",
+            "--data.init_args.parts_per_batch=2",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+        ]
+    proc = _run([*_console_script(), *args], tmp_path, 280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warned = [line for line in proc.stderr.splitlines() if _WARNING_LINE.search(line)]
+    assert warned == [], "\n".join(warned)
 
 
 @pytest.mark.multiprocess
