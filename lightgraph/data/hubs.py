@@ -1,4 +1,7 @@
-"""Hub nodes: the nodes most influential on the training nodes (HANOI, Sec. 4.3.3).
+"""Hub nodes: the nodes most influential on the training nodes (HANOI, §4.3.3).
+
+HANOI is ch. 4 of T. Huang, *Efficient Systems for Large-Scale Graph Representation
+Learning*, PhD thesis, MIT, 2025; equation numbers below are the thesis's.
 
 A node's influence on the training set is the landing probability of a lazy *reverse*
 random walk of ``walk_length`` steps started from the training nodes (Eq. 4.1). HANOI
@@ -19,8 +22,9 @@ an ordinary edge): a walker at ``j`` stays with probability ``lambda``, and othe
 steps *against* an edge to one of the nodes ``j`` aggregates from. A node without
 in-neighbours keeps the walker (its column is ``e_j``), so ``score`` sums to the number
 of training nodes. Equivalently, ``score`` is ``e_B`` times the ``L``-th power of the
-row-stochastic ``lambda I + (1 - lambda) D_in^{-1} A^T`` (the brief's ``(I + D^-1 A^T)/2``
-for ``lambda = 1/2``). For an undirected graph, pass both directions of every edge.
+row-stochastic ``lambda I + (1 - lambda) D_in^{-1} A^T`` (the usual lazy walk
+``(I + D_in^{-1} A^T) / 2`` for ``lambda = 1/2``). For an undirected graph, pass both
+directions of every edge.
 
 Cost: ``L`` sparse matrix-vector products, ``O(L * |E|)`` time and ``O(|V| + |E|)``
 memory (scipy CSR, on the CPU).

@@ -651,3 +651,100 @@ def test_written_by_a_cached_data_module(tmp_path, graph, part, hubs) -> None:
     os.remove(os.path.join(dm.cache_path(), "edges.npy"))
     with pytest.raises(CorruptCacheError, match=r"edges.npy is missing.*StoreModule.prepare_data"):
         StoreModule(str(tmp_path), graph, part, hubs).setup("fit")
+
+
+# ------------------------------------------------------------- ids outside their range
+def _overwrite(path: str, index: tuple[int, ...], value: int) -> None:
+    """Change one entry of a ``.npy`` file in place (same size: the manifest still agrees)."""
+    array = np.load(path, mmap_mode="r+")
+    array[index] = value
+    array.flush()
+    del array
+
+
+def _bucket_of_first_edge(directory: str, k: int = 6) -> tuple[int, int]:
+    eptr = np.load(os.path.join(directory, "edge_ptr.npy"))
+    return divmod(int(np.searchsorted(eptr, 0, side="right")) - 1, k)
+
+
+def test_out_of_range_id_in_edges_is_named(tmp_path, graph, part, hubs) -> None:
+    d = _built(tmp_path, graph, part, hubs)
+    path = os.path.join(d, "edges.npy")
+    p, q = _bucket_of_first_edge(d)
+    _overwrite(path, (0, 1), 6000)  # a 600-node graph
+    store = PartitionStore.open(d)
+    with pytest.raises(CorruptCacheError, match=r"edges\.npy is .*6000") as err:
+        store.read_macro_batch(sorted({p, q}))
+    assert err.value.path == path and "build_partition_store" in str(err.value)
+
+
+def test_edge_id_of_a_partition_outside_its_bucket_is_named(tmp_path, graph, part, hubs) -> None:
+    # In [0, num_nodes) but not in the bucket's partition: a wrong row of the batch.
+    d = _built(tmp_path, graph, part, hubs)
+    path = os.path.join(d, "edges.npy")
+    p, q = _bucket_of_first_edge(d)
+    other = next(r for r in range(6) if r not in (p, q))
+    ptr = np.load(os.path.join(d, "part_ptr.npy"))
+    _overwrite(path, (0, 0), int(ptr[other]))
+    store = PartitionStore.open(d)
+    with pytest.raises(CorruptCacheError, match=rf"edges\.npy is .*{int(ptr[other])}") as err:
+        store.read_macro_batch(sorted({p, q}))
+    assert err.value.path == path
+
+
+def test_out_of_range_ids_in_hub_edges_and_node_ids_are_named(tmp_path, graph, part, hubs) -> None:
+    d = _built(tmp_path, graph, part, hubs)
+    hptr = np.load(os.path.join(d, "hub_edge_ptr.npy"))
+    p = (int(np.searchsorted(hptr, 0, side="right")) - 1) // 2
+    _overwrite(os.path.join(d, "hub_edges.npy"), (0, 1), 6000)
+    with pytest.raises(CorruptCacheError, match=r"hub_edges\.npy is .*6000"):
+        PartitionStore.open(d).read_macro_batch([p])
+
+    d = _built(tmp_path / "b", graph, part, hubs)
+    _overwrite(os.path.join(d, "node_ids.npy"), (0,), 6000)
+    store = PartitionStore.open(d)
+    with pytest.raises(CorruptCacheError, match=r"node_ids\.npy is .*6000"):
+        store.read_macro_batch([0])
+    with pytest.raises(CorruptCacheError, match=r"node_ids\.npy is .*6000"):
+        _ = store.node_ids
+
+
+@pytest.mark.parametrize(
+    ("name", "index", "value"),
+    [
+        ("hub_store_ids.npy", (0,), 6000),
+        ("hub_ids.npy", (0,), 6000),
+        ("hub_hub_edges.npy", (0, 1), 6000),
+        ("edge_ptr.npy", (1,), 10**6),  # offsets that are not non-decreasing
+        ("hub_edge_ptr.npy", (1,), -5),
+    ],
+)
+def test_out_of_range_ids_read_at_open_are_named(
+    tmp_path, graph, part, hubs, name, index, value
+) -> None:
+    d = _built(tmp_path, graph, part, hubs)
+    path = os.path.join(d, name)
+    _overwrite(path, index, value)
+    with pytest.raises(CorruptCacheError, match=rf"{name} is .*{value}") as err:
+        PartitionStore.open(d)
+    assert err.value.path == path
+
+
+@pytest.mark.parametrize(
+    ("name", "index", "value"),
+    [
+        ("csc_indices.npy", (7,), 6000),
+        ("csc_indices.npy", (0,), -1),
+        ("csc_indptr.npy", (5,), 10**6),
+    ],
+)
+def test_out_of_range_ids_of_the_whole_graph_csc_are_named(
+    tmp_path, graph, part, hubs, name, index, value
+) -> None:
+    d = _built(tmp_path, graph, part, hubs)
+    path = os.path.join(d, name)
+    _overwrite(path, index, value)
+    store = PartitionStore.open(d)
+    with pytest.raises(CorruptCacheError, match=rf"{name} is .*{value}") as err:
+        store.csc()
+    assert err.value.path == path
