@@ -382,7 +382,7 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
 
         if base == "dual":
             # One dense period per repeat: steps 0 .. dense_every - 1 (step 0 dense).
-            from lightgraph.functional.attention.conditions import dual_uses_dense
+            from lightgraph.functional.attention.dispatch import dual_uses_dense
 
             period = max(1, args.dense_every)
             dense_at = [dual_uses_dense(graph, i, args.dense_every) for i in range(period)]

@@ -10,9 +10,13 @@ Floors, lowest first (a module may import its own floor and the floors below)::
     5  lightgraph.strategies, lightgraph.models, lightgraph.callbacks
     6  lightgraph.cli, lightgraph (the package root)
 
-Imports inside ``if TYPE_CHECKING:`` blocks and inside a module-level ``__getattr__``
-(compatibility aliases for names that moved up a floor) are not runtime dependencies and
-are not counted.
+Every import counts, at module level or inside a function, except those inside an
+``if TYPE_CHECKING:`` block (annotations only, never run). There is no exception list.
+
+Besides the floors, modules do not import each other in a circle: an import ``A -> B``
+counts as an edge to the module it names (``from lightgraph.x.y import z`` names
+``lightgraph.x.y``, or ``lightgraph.x.y.z`` when that is a module), and the module graph
+has no cycle.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class _Imports(ast.NodeVisitor):
         self.module = module
         self.is_package = is_package
         self.found: list[tuple[int, str]] = []
+        # ``from package import name``: the names, which may be submodules.
+        self.names: list[tuple[int, str]] = []
 
     def visit_If(self, node: ast.If) -> None:
         test = node.test
@@ -67,11 +73,6 @@ class _Imports(ast.NodeVisitor):
         if name == "TYPE_CHECKING":
             for child in node.orelse:
                 self.visit(child)
-            return
-        self.generic_visit(node)
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        if node.name == "__getattr__":
             return
         self.generic_visit(node)
 
@@ -93,6 +94,7 @@ class _Imports(ast.NodeVisitor):
             self.found.extend((node.lineno, f"lightgraph.{a.name}") for a in node.names)
         elif target.startswith("lightgraph."):
             self.found.append((node.lineno, target))
+            self.names.extend((node.lineno, f"{target}.{a.name}") for a in node.names)
 
 
 def _imports() -> dict[str, list[tuple[int, str]]]:
@@ -155,3 +157,132 @@ def test_the_checker_sees_an_upward_import(tmp_path) -> None:
     targets = [t for _, t in visitor.found]
     assert targets == ["lightgraph.nn", "lightgraph.strategies", "lightgraph.models"]
     assert [FLOORS[_package(t)] > FLOORS["data"] for t in targets] == [True, True, True]
+
+
+def _module_graph(
+    modules: dict[str, list[tuple[int, str]]],
+    names: dict[str, list[tuple[int, str]]],
+) -> dict[str, dict[str, int]]:
+    """``module -> {imported module: line}`` for the lightgraph modules of ``modules``."""
+    graph: dict[str, dict[str, int]] = {}
+    for module, imports in modules.items():
+        edges = graph.setdefault(module, {})
+        named: dict[tuple[int, str], list[str]] = {}
+        for line, full in names[module]:
+            named.setdefault((line, full.rsplit(".", 1)[0]), []).append(full)
+        for line, target in imports:
+            submodules = [n for n in named.get((line, target), []) if n in modules]
+            for dst in submodules or [target]:
+                if dst in modules and dst != module:
+                    edges.setdefault(dst, line)
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per strongly connected component with more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    cycles = []
+    for component in components:
+        members = set(component)
+        # Walk from the first module inside the component until a module repeats.
+        path, seen, node = [], {}, component[0]
+        while node not in seen:
+            seen[node] = len(path)
+            path.append(node)
+            node = min(n for n in graph[node] if n in members)
+        cycles.append(path[seen[node] :] + [node])
+    return cycles
+
+
+def _module_imports() -> tuple[dict[str, list[tuple[int, str]]], dict[str, list[tuple[int, str]]]]:
+    found, names = {}, {}
+    for module, path in _modules():
+        visitor = _Imports(module, path.name == "__init__.py")
+        visitor.visit(ast.parse(path.read_text(), filename=str(path)))
+        found[module], names[module] = visitor.found, visitor.names
+    return found, names
+
+
+def test_modules_import_each_other_without_cycles() -> None:
+    graph = _module_graph(*_module_imports())
+    lines = []
+    for cycle in _cycles(graph):
+        lines.append(
+            " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False))
+            + f" -> {cycle[-1]}"
+        )
+    assert not lines, "module import cycles:\n" + "\n".join(lines)
+
+
+def test_the_cycle_check_sees_function_level_imports_only_outside_type_checking() -> None:
+    # Two modules of one package importing each other, once inside a function: a cycle.
+    # The same with one side under TYPE_CHECKING: none. ``from package import module``
+    # is an edge to the module.
+    sources = {
+        "lightgraph.functional.a": "from lightgraph.functional.b import f\n",
+        "lightgraph.functional.b": "def f():\n    from lightgraph.functional import a\n",
+        "lightgraph.functional.c": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from lightgraph.functional.d import D\n"
+        ),
+        "lightgraph.functional.d": "from .c import x\n",
+        "lightgraph.functional.e": "from lightgraph.functional import c, d\n",
+    }
+    found, names = {}, {}
+    for module, source in sources.items():
+        visitor = _Imports(module, is_package=False)
+        visitor.visit(ast.parse(source))
+        found[module], names[module] = visitor.found, visitor.names
+    graph = _module_graph(found, names)
+    assert graph == {
+        "lightgraph.functional.a": {"lightgraph.functional.b": 1},
+        "lightgraph.functional.b": {"lightgraph.functional.a": 2},
+        "lightgraph.functional.c": {},
+        "lightgraph.functional.d": {"lightgraph.functional.c": 1},
+        "lightgraph.functional.e": {"lightgraph.functional.c": 1, "lightgraph.functional.d": 1},
+    }
+    assert _cycles(graph) == [
+        ["lightgraph.functional.a", "lightgraph.functional.b", "lightgraph.functional.a"]
+    ]
+
+
+def test_the_checker_counts_imports_in_a_module_getattr() -> None:
+    # A lazy alias is still an import of the floor it reaches: no exemption.
+    visitor = _Imports("lightgraph.functional.example", is_package=False)
+    visitor.visit(
+        ast.parse(
+            "def __getattr__(name):\n"
+            "    from lightgraph.distributed.sequence_parallel import SequenceParallel\n"
+            "    return SequenceParallel\n"
+        )
+    )
+    assert [t for _, t in visitor.found] == ["lightgraph.distributed.sequence_parallel"]

@@ -12,7 +12,6 @@ from lightgraph.callbacks.ldr_schedule import LDRSchedule
 from lightgraph.callbacks.modality_sync import ModalitySync
 from lightgraph.callbacks.pipeline_adaptor import PipelineAdaptor
 from lightgraph.callbacks.random_state import RandomStateCheckpoint
-from lightgraph.functional.loss_descent_rate import LossDescentRate
 
 __all__ = [
     "AdaptiveBitWidth",
@@ -24,7 +23,6 @@ __all__ = [
     "GraphCompile",
     "IOMonitor",
     "LDRSchedule",
-    "LossDescentRate",
     "ModalitySync",
     "PipelineAdaptor",
     "RandomStateCheckpoint",

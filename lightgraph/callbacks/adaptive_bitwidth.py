@@ -20,7 +20,7 @@ class AdaptiveBitWidth(LDRSchedule[int]):
 
     Sets the exchange's ``policy.base_bits`` (:math:`b_t`) before every
     training epoch from the Loss Descent Rate of the previous ones (see
-    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` for the definition,
+    :class:`~lightgraph.functional.loss_descent_rate.LossDescentRate` for the definition,
     the sign convention and the two readings; :math:`\\mathrm{more}(t)` is its
     :meth:`~lightgraph.functional.loss_descent_rate.LossDescentRate.more_precision`):
 

@@ -38,7 +38,7 @@ class ClusterSparsityTuner(LDRSchedule[int]):
 
     starting at :math:`\\beta_G` (the global density :math:`E / S^2` of the sequence's
     attention pattern). With the shared
-    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` tracker (running loss
+    :class:`~lightgraph.functional.loss_descent_rate.LossDescentRate` tracker (running loss
     :math:`F_t = \\lambda F_{t-1} + (1 - \\lambda) L_t`, :math:`LDR_t = (F_t - F_{t-1}) / et_t`):
     when the tracker asks for more precision
     (:meth:`~lightgraph.functional.loss_descent_rate.LossDescentRate.more_precision`), the

@@ -62,7 +62,7 @@ class LDRSchedule(Callback, Generic[SettingT]):
 
     Subclasses choose a *setting* (the base bit-width, the pipeline mode, the threshold
     ladder position) for every training epoch from the
-    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate` of the previous
+    :class:`~lightgraph.functional.loss_descent_rate.LossDescentRate` of the previous
     epochs: :meth:`_next` gets the tracker's
     :meth:`~lightgraph.functional.loss_descent_rate.LossDescentRate.more_precision`, whose
     answer depends on ``reading`` (``"more_precision_when_descent_slows"`` or

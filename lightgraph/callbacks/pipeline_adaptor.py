@@ -38,7 +38,7 @@ class PipelineAdaptor(LDRSchedule[str]):
     :math:`LDR_t > LDR_{t-\\delta}`, the paper's prose); with
     ``reading="more_precision_when_descent_speeds_up"`` it means the loss falls faster
     (signed :math:`LDR_t < LDR_{t-\\delta}`, the paper's inequality read literally). See
-    :class:`~lightgraph.callbacks.loss_descent_rate.LossDescentRate`.
+    :class:`~lightgraph.functional.loss_descent_rate.LossDescentRate`.
 
     :math:`L_t` is the epoch-level ``monitor`` metric, :math:`et_t` the wall time of the
     epoch's training batches (or, with ``time_source``, their number or the bytes they

@@ -652,8 +652,14 @@ class HaloExchanger:
             and self.policy.tracing
             and self.boundary_sampling is None
         ):
+            aggregation = self.aggregations.get(layer, "sum")
             alpha2 = (
-                aggregation_coefficients(plan, self.aggregations.get(layer, "sum"))
+                plan.cached(
+                    ("alpha2", aggregation),
+                    lambda: aggregation_coefficients(
+                        plan.halo, plan.edge_index, aggregation, plan.gcn_degree
+                    ),
+                )
                 if direction == "forward"
                 else None
             )

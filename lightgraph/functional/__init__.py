@@ -1,7 +1,5 @@
 """Pure functions and autograd functions: halo exchange, sequence parallelism, quantisation, byte accounting."""
 
-from typing import Any
-
 from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.halo_exchange import (
     TRANSPORTS,
@@ -62,12 +60,3 @@ __all__ = [
     "unpack_rows",
     "wide_rows",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # Compatibility alias: SequenceParallel moved to the runtime floor (lightgraph.distributed).
-    if name == "SequenceParallel":
-        from lightgraph.distributed.sequence_parallel import SequenceParallel
-
-        return SequenceParallel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

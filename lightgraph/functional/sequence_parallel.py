@@ -7,8 +7,6 @@ modules that shard token batches and the models.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -141,12 +139,3 @@ def token_plan(
         global_ids=global_ids,
         importance=weights,
     )
-
-
-def __getattr__(name: str) -> Any:
-    # Compatibility alias: SequenceParallel moved to the runtime floor (lightgraph.distributed).
-    if name == "SequenceParallel":
-        from lightgraph.distributed.sequence_parallel import SequenceParallel
-
-        return SequenceParallel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightgraph.data.partition_plan import PartitionPlan
 from lightgraph.functional.halo_plan import HaloPlan
 from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
@@ -25,7 +24,7 @@ from lightgraph.quant.milp_assignment import (
     group_messages,
     solve_bit_assignment,
 )
-from lightgraph.utilities.checks import BITS, check_bits
+from lightgraph.utilities.checks import BITS, check_bits, check_choice, check_type, describe
 
 #: How a layer weighs a received halo row in its aggregation (see :func:`aggregation_coefficients`).
 AGGREGATIONS: tuple[str, ...] = ("gcn", "mean", "sum")
@@ -35,44 +34,67 @@ Key = tuple[str, str]  # (layer, direction)
 Pair = tuple[int, int]  # (owner, holder) of the rows of a message
 
 
-def aggregation_coefficients(plan: PartitionPlan, aggregation: str) -> Tensor:
+def aggregation_coefficients(
+    plan: HaloPlan, edge_index: Tensor, aggregation: str, gcn_degree: Tensor | None = None
+) -> Tensor:
     """:math:`\\sum_v \\alpha^2_{k,v}` of every halo row ``k`` over the inner nodes ``v`` that aggregate it.
 
-    The coefficients are the receiver's: ``"gcn"`` uses the symmetric GCN weights
-    :math:`1/\\sqrt{\\tilde d_k \\tilde d_v}` from global degrees (what
+    The coefficients are the receiver's, from its local in-edges ``edge_index`` (in the
+    plan's local numbering: row 0 the source, any local row; row 1 the destination, an
+    inner row): ``"gcn"`` uses the symmetric GCN weights
+    :math:`1/\\sqrt{\\tilde d_k \\tilde d_v}` from the global degrees ``gcn_degree`` (what
     :class:`~lightgraph.nn.PartitionAware` feeds GCN layers), ``"mean"`` weighs every
     in-edge of ``v`` by :math:`1/\\deg(v)` (GraphSAGE's mean; also used for attention,
     whose weights average :math:`1/\\deg(v)`), ``"sum"`` by 1. Parallel edges add up to
     one coefficient before squaring, as they do in the aggregation.
 
+    A :class:`~lightgraph.data.PartitionPlan` holds all three:
+    ``aggregation_coefficients(plan.halo, plan.edge_index, aggregation, plan.gcn_degree)``.
+
+    Args:
+        plan: the receiver's exchange topology (its halo rows are the ones weighed).
+        edge_index: ``[2, E]`` the receiver's local in-edges.
+        aggregation: one of :data:`AGGREGATIONS`.
+        gcn_degree: ``[num_local]`` global GCN degree of every local row (in-neighbours
+            without self-loops, plus one); needed for ``"gcn"`` only.
+
     Returns:
         ``[num_halo]`` float64.
     """
-    if aggregation not in AGGREGATIONS:
+    owner = "aggregation_coefficients"
+    check_type(owner, "plan", plan, HaloPlan, hint="a PartitionPlan's `.halo`")
+    check_choice(owner, "aggregation", aggregation, AGGREGATIONS)
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(
-            f"aggregation_coefficients: expected `aggregation` to be one of {AGGREGATIONS} but got "
-            f"{aggregation!r}."
+            f"{owner}: expected `edge_index` of shape [2, E] but got {describe(edge_index)}."
         )
-    return plan.cached(("alpha2", aggregation), lambda: _coefficients(plan, aggregation))
-
-
-def _coefficients(plan: PartitionPlan, aggregation: str) -> Tensor:
+    src, dst = edge_index
+    weight = torch.ones(src.numel(), dtype=torch.float64, device=src.device)
     if aggregation == "gcn":
-        (src, dst), weight = plan.gcn_edge_index(torch.float64)
-    else:
-        src, dst = plan.edge_index
-        weight = torch.ones(src.numel(), dtype=torch.float64, device=src.device)
-        if aggregation == "mean":
-            deg = torch.bincount(dst, minlength=plan.num_inner).to(torch.float64)
-            weight = weight / deg[dst]
-    halo = src >= plan.num_inner
+        if gcn_degree is None:
+            raise ValueError(
+                f"{owner}: expected `gcn_degree` (the global degree of every local row) with "
+                f"aggregation='gcn' but got None."
+            )
+        if not isinstance(gcn_degree, Tensor) or gcn_degree.shape != (plan.num_local,):
+            raise ValueError(
+                f"{owner}: expected `gcn_degree` of shape [num_local={plan.num_local}] but got "
+                f"{describe(gcn_degree)}."
+            )
+        inv_sqrt = gcn_degree.to(torch.float64).pow(-0.5)
+        weight = inv_sqrt[src] * inv_sqrt[dst]
+    elif aggregation == "mean":
+        deg = torch.bincount(dst, minlength=plan.num_inner).to(torch.float64)
+        weight = weight / deg[dst]
+    n = plan.num_inner
+    halo = src >= n
     src, dst, weight = src[halo], dst[halo], weight[halo]
     # Coalesce parallel edges: their coefficients add before squaring.
-    pair_id, inverse = torch.unique(src * plan.num_inner + dst, return_inverse=True)
+    pair_id, inverse = torch.unique(src * n + dst, return_inverse=True)
     alpha = torch.zeros(pair_id.numel(), dtype=torch.float64, device=src.device)
     alpha.index_add_(0, inverse, weight)
     out = torch.zeros(plan.num_halo, dtype=torch.float64, device=src.device)
-    out.index_add_(0, pair_id // plan.num_inner - plan.num_inner, alpha.square())
+    out.index_add_(0, pair_id // n - n, alpha.square())
     return out
 
 

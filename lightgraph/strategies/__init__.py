@@ -2,7 +2,6 @@
 
 from lightning.pytorch.strategies import StrategyRegistry
 
-from lightgraph.distributed.halo_exchanger import HaloExchanger
 from lightgraph.strategies.boundary_exchange import BoundaryExchangeStrategy
 from lightgraph.strategies.exchange_group import ExchangeGroupStrategy
 from lightgraph.strategies.flow_parallel import FlowParallelStrategy
@@ -17,6 +16,4 @@ __all__ = [
     "ExchangeGroupStrategy",
     "FlowParallelStrategy",
     "GraphParallelStrategy",
-    # kept importable from here; it lives in lightgraph.distributed
-    "HaloExchanger",
 ]

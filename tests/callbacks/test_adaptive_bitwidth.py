@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightgraph.callbacks.adaptive_bitwidth import AdaptiveBitWidth
-from lightgraph.callbacks.loss_descent_rate import LossDescentRate
+from lightgraph.functional.loss_descent_rate import LossDescentRate
 from lightgraph.distributed.context import ParallelContext, ParallelContextHolder
 
 # ----------------------------------------------------------------------------- script

@@ -33,7 +33,8 @@ def make_traces(policy: VarianceAwareBits, rank: int, world: int) -> None:
     plan = build_partition_plans(data, partition, world)[rank]
     gen = torch.Generator().manual_seed(100 + rank)
     sent = plan.x[plan.send_index] * (rank + 1)  # forward: the inner rows sent to peers
-    policy.observe(plan.halo, "l0", "forward", sent, aggregation_coefficients(plan, "gcn"))
+    alpha2 = aggregation_coefficients(plan.halo, plan.edge_index, "gcn", plan.gcn_degree)
+    policy.observe(plan.halo, "l0", "forward", sent, alpha2)
     grads = torch.randn(plan.num_halo, plan.x.size(1), generator=gen, dtype=torch.float64)
     policy.observe(plan.halo, "l0", "backward", grads, None)  # backward: halo gradients
 

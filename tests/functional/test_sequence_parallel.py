@@ -1,12 +1,10 @@
 """lightgraph.functional.sequence_parallel: the token split of a sequence-parallel group,
-checked against hand arithmetic, and the alias of the runtime that moved up a floor."""
+checked against hand arithmetic."""
 
 from __future__ import annotations
 
 import pytest
 
-import lightgraph.distributed
-from lightgraph.functional import sequence_parallel as module
 from lightgraph.functional.sequence_parallel import shard_range, shard_sizes
 
 # (num_tokens, world_size) -> sizes, worked out by hand: q, r = divmod(S, P); the first
@@ -75,23 +73,3 @@ def test_ranges_tile_the_sequence_and_differ_by_at_most_one() -> None:
 def test_bad_arguments(call, error, match) -> None:
     with pytest.raises(error, match=match):
         call()
-
-
-def test_sequence_parallel_alias_is_the_runtime_class() -> None:
-    # Moved to lightgraph.distributed; the old import path still resolves to the same class.
-    from lightgraph.functional.sequence_parallel import SequenceParallel
-
-    assert SequenceParallel is lightgraph.distributed.SequenceParallel
-    assert module.SequenceParallel is lightgraph.distributed.SequenceParallel
-    # The alias is resolved lazily: it is not part of the module's public names.
-    assert "SequenceParallel" not in module.__all__
-
-
-def test_unknown_names_still_raise_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="has no attribute 'HaloExchanger'"):
-        _ = module.HaloExchanger
-    with pytest.raises(ImportError):
-        exec("from lightgraph.functional.sequence_parallel import NoSuchName", {})
-    # The alias is looked up on access, never bound in the module (floor 1 must not
-    # import floor 4 at import time).
-    assert "SequenceParallel" not in vars(module)

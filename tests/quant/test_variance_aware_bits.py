@@ -48,12 +48,17 @@ def test_aggregation_coefficients_match_the_dense_matrix(aggregation: str, parts
     data, partition = tricky_graph(parts)
     a = _dense_coefficients(data, aggregation)
     for plan in build_partition_plans(data, partition, parts):
-        got = aggregation_coefficients(plan, aggregation)
+        # The exchange topology (a HaloPlan) and the receiver's local in-edges are enough.
+        got = aggregation_coefficients(plan.halo, plan.edge_index, aggregation, plan.gcn_degree)
         inner = plan.global_ids[: plan.num_inner]
         halo = plan.global_ids[plan.num_inner :]
         expected = a[inner][:, halo].square().sum(0)
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-15)
         assert (got > 0).all()  # every halo row is aggregated by someone
+
+
+def _alpha2(plan, aggregation: str) -> torch.Tensor:
+    return aggregation_coefficients(plan.halo, plan.edge_index, aggregation, plan.gcn_degree)
 
 
 def _plans(parts: int):
@@ -296,9 +301,20 @@ def test_bad_cost_model_type() -> None:
         VarianceAwareBits(cost_model=3.0)  # type: ignore[arg-type]
 
 
-def test_unknown_aggregation() -> None:
+def test_aggregation_coefficients_bad_arguments() -> None:
+    plan = _plans(2)[0]
     with pytest.raises(ValueError, match="`aggregation`"):
-        aggregation_coefficients(_plans(2)[0], "max")
+        aggregation_coefficients(plan.halo, plan.edge_index, "max")
+    with pytest.raises(
+        TypeError, match=r"`plan` to be a lightgraph\.functional\.HaloPlan .*got Partit"
+    ):
+        aggregation_coefficients(plan, plan.edge_index, "sum")
+    with pytest.raises(ValueError, match="`gcn_degree`.*aggregation='gcn'"):
+        aggregation_coefficients(plan.halo, plan.edge_index, "gcn")
+    with pytest.raises(ValueError, match=r"`gcn_degree` of shape \[num_local=\d+\]"):
+        aggregation_coefficients(plan.halo, plan.edge_index, "gcn", plan.gcn_degree[1:])
+    with pytest.raises(ValueError, match=r"`edge_index` of shape \[2, E\]"):
+        aggregation_coefficients(plan.halo, plan.edge_index[0], "sum")
 
 
 # ----------------------------------------------------------------------------------------
@@ -360,7 +376,7 @@ def test_beta_of_a_hand_built_plan(aggregation: str) -> None:
         for rank, plan in enumerate(plans):
             for direction in ("forward", "backward"):
                 sent = torch.tensor([_row(w) for w in rows[(rank, direction)][epoch]])
-                alpha2 = aggregation_coefficients(plan, aggregation)
+                alpha2 = _alpha2(plan, aggregation)
                 policies[rank].observe(
                     plan.halo, "l", direction, sent, alpha2 if direction == "forward" else None
                 )
@@ -419,7 +435,7 @@ def test_beta_is_the_noise_each_message_adds_where_it_is_used(aggregation: str) 
             "l",
             "forward",
             h[ids[plan.send_index]],
-            aggregation_coefficients(plan, aggregation),
+            _alpha2(plan, aggregation),
         )
         # Backward message: the holder's gradient of each halo row, by autograd.
         x = h[ids].clone().requires_grad_(True)
@@ -446,7 +462,7 @@ def test_traces_average_every_exchange_of_the_period() -> None:
     plan = plans[1]
     policy = VarianceAwareBits(cost_model=COST)
     gen = torch.Generator().manual_seed(3)
-    alpha2 = aggregation_coefficients(plan, "mean")
+    alpha2 = _alpha2(plan, "mean")
     sent = [torch.randn(plan.send_index.numel(), 5, generator=gen) * (e + 1) for e in range(3)]
     grads = [torch.randn(plan.num_halo, 5, generator=gen) * (3 - e) for e in range(3)]
     for e in range(3):  # three epochs of one period
@@ -494,7 +510,7 @@ def test_observe_refuses_rows_that_change_within_a_period() -> None:
     plan = _plans(2)[0]
     policy = VarianceAwareBits(cost_model=COST)
     rows = torch.randn(plan.send_index.numel(), 4)
-    alpha2 = aggregation_coefficients(plan, "sum")
+    alpha2 = _alpha2(plan, "sum")
     policy.observe(plan.halo, "l", "forward", rows, alpha2)
     with pytest.raises(RuntimeError, match="changed within a period"):
         policy.observe(plan.halo, "l", "forward", torch.randn(plan.send_index.numel(), 3), alpha2)

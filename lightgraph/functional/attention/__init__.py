@@ -4,57 +4,59 @@ conditions C1-C3 and the dispatcher :func:`attend`.
 ===========================  ==========================================================
 module                        contents
 ===========================  ==========================================================
-``pattern``                   :class:`AttentionGraph`, :class:`SortedPattern`,
-                              :func:`add_token_path`, :func:`sort_by_query`
+``sorted_pattern``            :class:`SortedPattern`, :func:`sort_by_query`
+``pattern``                   :class:`AttentionGraph`, :func:`add_token_path`
 ``dense``                     :func:`dense_attention` (SDPA, "GP-Flash")
 ``raw``                       :func:`raw_attention` (materialised scores, "GP-Raw")
 ``sparse``                    :func:`sparse_attention` (topology-induced, CSR products)
-``cluster_sparse``            :class:`ClusterSparseLayout`, :func:`cluster_sparse_attention`,
+``cluster_sparse_layout``     :class:`ClusterSparseLayout`, :data:`CHUNK_ELEMENTS`
+``cluster_sparse``            :func:`cluster_sparse_attention`,
                               :func:`default_num_clusters`, :data:`AUTO_MIN_TILE_FILL`,
                               :data:`IMPLEMENTATIONS` (``"tiles"``, ``"flex"``)
 ``flex``                      :func:`cluster_flex_attention` (the layout on FlexAttention),
                               :func:`flex_available`
-``conditions``                :func:`check_conditions`, :func:`dual_uses_dense`,
-                              :data:`DEFAULT_DENSE_EVERY`,
+``conditions``                :func:`check_conditions`,
                               :data:`EXACT_HAMILTONIAN_MAX_TOKENS`
 ``dispatch``                  :data:`KINDS`, :data:`DENSE_KINDS`, :data:`SPARSE_KINDS`,
-                              :func:`attend`, :func:`resolve_kind`, :func:`lookup_rows`
+                              :func:`attend`, :func:`resolve_kind`, :func:`lookup_rows`,
+                              :func:`dual_uses_dense`, :data:`DEFAULT_DENSE_EVERY`
 ===========================  ==========================================================
+
+Each module imports only the modules listed above it (``dispatch`` runs the kernels on an
+:class:`AttentionGraph`; ``pattern`` caches the kernels' structures on it).
 """
 
 from lightgraph.functional.attention.cluster_sparse import (
     AUTO_MIN_TILE_FILL,
-    CHUNK_ELEMENTS,
     CLUSTER_CACHE_DIVISOR,
     IMPLEMENTATIONS,
     NOMINAL_CACHE_BYTES,
-    ClusterSparseLayout,
     cluster_sparse_attention,
     default_num_clusters,
 )
+from lightgraph.functional.attention.cluster_sparse_layout import (
+    CHUNK_ELEMENTS,
+    ClusterSparseLayout,
+)
 from lightgraph.functional.attention.conditions import (
-    DEFAULT_DENSE_EVERY,
     EXACT_HAMILTONIAN_MAX_TOKENS,
     check_conditions,
-    dual_uses_dense,
 )
 from lightgraph.functional.attention.dense import dense_attention
 from lightgraph.functional.attention.dispatch import (
+    DEFAULT_DENSE_EVERY,
     DENSE_KINDS,
     KINDS,
     SPARSE_KINDS,
     attend,
+    dual_uses_dense,
     lookup_rows,
     resolve_kind,
 )
 from lightgraph.functional.attention.flex import cluster_flex_attention, flex_available
-from lightgraph.functional.attention.pattern import (
-    AttentionGraph,
-    SortedPattern,
-    add_token_path,
-    sort_by_query,
-)
+from lightgraph.functional.attention.pattern import AttentionGraph, add_token_path
 from lightgraph.functional.attention.raw import raw_attention
+from lightgraph.functional.attention.sorted_pattern import SortedPattern, sort_by_query
 from lightgraph.functional.attention.sparse import sparse_attention
 
 __all__ = [

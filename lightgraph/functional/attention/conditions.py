@@ -1,34 +1,22 @@
-"""TorchGT's conditions C1-C3 on a topology-induced pattern, and the dual-attention schedule."""
+"""TorchGT's conditions C1-C3 on a topology-induced pattern."""
 
 from __future__ import annotations
 
 import functools
 import warnings
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from lightgraph.utilities.checks import check_graph_edge_index
 
-if TYPE_CHECKING:
-    from lightgraph.functional.attention.pattern import AttentionGraph
-
-__all__ = [
-    "DEFAULT_DENSE_EVERY",
-    "EXACT_HAMILTONIAN_MAX_TOKENS",
-    "check_conditions",
-    "dual_uses_dense",
-]
+__all__ = ["EXACT_HAMILTONIAN_MAX_TOKENS", "check_conditions"]
 
 
 #: Largest sequence for which C2 is decided exactly (a bitmask search over all token
 #: subsets, :math:`O(2^S S)`) when neither the token order nor Dirac's theorem certifies
 #: a Hamiltonian path. 16 tokens take a few milliseconds.
 EXACT_HAMILTONIAN_MAX_TOKENS: int = 16
-
-#: Default period of ``"dual"``'s dense interleave (see :func:`dual_uses_dense`).
-DEFAULT_DENSE_EVERY: int = 11
 
 
 def _simple_pairs(src: Tensor, dst: Tensor, n: int) -> Tensor:
@@ -209,34 +197,3 @@ def check_conditions(edge_index: Tensor, num_tokens: int, num_layers: int) -> di
         "c2": _hamiltonian_path(src, dst, num_tokens),
         "c3": _within_hops(src, dst, num_tokens, num_layers),
     }
-
-
-def dual_uses_dense(graph: AttentionGraph, step: int, dense_every: int) -> bool:
-    """Whether dual-interleaved attention runs the dense pattern at ``step``.
-
-    Dense when ``dense_every > 0`` and ``step % dense_every == 0`` (the periodic
-    fully-connected interleave), and always when ``graph`` fails any of C1-C3.
-
-    The thesis gives no period; the layers default to :data:`DEFAULT_DENSE_EVERY` (11).
-    On a pattern that meets C1-C3 about one training step in ten (1/11) pays dense
-    attention's cost and the others the sparse kind's, while every layer still sees the
-    full pattern regularly. The period counts steps, not sequences: with ``N`` sequences
-    per epoch in a fixed order, the dense steps land only on the sequences whose index is
-    a multiple of ``gcd(dense_every, N)`` (with period 10 and ``N = 4`` only on sequences
-    0 and 2, with ``N = 5`` only on sequence 0). The default is the prime 11 rather than
-    10 so that, unless ``N`` is a multiple of 11, the dense steps cycle through every
-    sequence (for ``N = 5``: sequences 0, 1, 2, 3, 4 at steps 0, 11, 22, 33, 44).
-
-    Args:
-        graph: the sequence's pattern (its conditions are cached on it).
-        step: the training step.
-        dense_every: period of the dense interleave (0: only when a condition fails).
-    """
-    owner = "dual_uses_dense"
-    if not isinstance(dense_every, int) or dense_every < 0:
-        raise ValueError(f"{owner}: expected `dense_every` >= 0 but got {dense_every!r}.")
-    if not isinstance(step, int) or step < 0:
-        raise ValueError(f"{owner}: expected `step` >= 0 but got {step!r}.")
-    if dense_every > 0 and step % dense_every == 0:
-        return True
-    return not all(graph.conditions().values())

@@ -9,7 +9,6 @@ from lightgraph.functional.attention.cluster_sparse import (
     cluster_sparse_attention,
     default_num_clusters,
 )
-from lightgraph.functional.attention.conditions import DEFAULT_DENSE_EVERY, dual_uses_dense
 from lightgraph.functional.attention.dense import dense_attention
 from lightgraph.functional.attention.pattern import AttentionGraph
 from lightgraph.functional.attention.raw import raw_attention
@@ -22,7 +21,16 @@ from lightgraph.utilities.checks import (
     check_rate,
 )
 
-__all__ = ["DENSE_KINDS", "KINDS", "SPARSE_KINDS", "attend", "lookup_rows", "resolve_kind"]
+__all__ = [
+    "DEFAULT_DENSE_EVERY",
+    "DENSE_KINDS",
+    "KINDS",
+    "SPARSE_KINDS",
+    "attend",
+    "dual_uses_dense",
+    "lookup_rows",
+    "resolve_kind",
+]
 
 #: The attention kinds :func:`attend` dispatches to.
 KINDS: tuple[str, ...] = ("dense", "raw", "sparse", "cluster_sparse", "dual", "auto")
@@ -32,6 +40,40 @@ DENSE_KINDS: tuple[str, ...] = ("dense", "raw")
 
 #: The topology-induced kinds ``"dual"`` runs between its dense steps (``sparse_kind``).
 SPARSE_KINDS: tuple[str, ...] = ("sparse", "cluster_sparse", "auto")
+
+#: Default period of ``"dual"``'s dense interleave (see :func:`dual_uses_dense`).
+DEFAULT_DENSE_EVERY: int = 11
+
+
+def dual_uses_dense(graph: AttentionGraph, step: int, dense_every: int) -> bool:
+    """Whether dual-interleaved attention runs the dense pattern at ``step``.
+
+    Dense when ``dense_every > 0`` and ``step % dense_every == 0`` (the periodic
+    fully-connected interleave), and always when ``graph`` fails any of C1-C3.
+
+    The thesis gives no period; the layers default to :data:`DEFAULT_DENSE_EVERY` (11).
+    On a pattern that meets C1-C3 about one training step in ten (1/11) pays dense
+    attention's cost and the others the sparse kind's, while every layer still sees the
+    full pattern regularly. The period counts steps, not sequences: with ``N`` sequences
+    per epoch in a fixed order, the dense steps land only on the sequences whose index is
+    a multiple of ``gcd(dense_every, N)`` (with period 10 and ``N = 4`` only on sequences
+    0 and 2, with ``N = 5`` only on sequence 0). The default is the prime 11 rather than
+    10 so that, unless ``N`` is a multiple of 11, the dense steps cycle through every
+    sequence (for ``N = 5``: sequences 0, 1, 2, 3, 4 at steps 0, 11, 22, 33, 44).
+
+    Args:
+        graph: the sequence's pattern (its conditions are cached on it).
+        step: the training step.
+        dense_every: period of the dense interleave (0: only when a condition fails).
+    """
+    owner = "dual_uses_dense"
+    if not isinstance(dense_every, int) or dense_every < 0:
+        raise ValueError(f"{owner}: expected `dense_every` >= 0 but got {dense_every!r}.")
+    if not isinstance(step, int) or step < 0:
+        raise ValueError(f"{owner}: expected `step` >= 0 but got {step!r}.")
+    if dense_every > 0 and step % dense_every == 0:
+        return True
+    return not all(graph.conditions().values())
 
 
 def resolve_kind(

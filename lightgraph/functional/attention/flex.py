@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightgraph.functional.attention.cluster_sparse import ClusterSparseLayout
+from lightgraph.functional.attention.cluster_sparse_layout import ClusterSparseLayout, _to_segments
 
 __all__ = ["cluster_flex_attention", "flex_available"]
 
@@ -253,8 +253,6 @@ def cluster_flex_attention(
         - **input:** q, k ``[S, H, D]``, v ``[S, H, D_v]``
         - **output:** ``[S, H, D_v]``
     """
-    from lightgraph.functional.attention.cluster_sparse import _to_segments
-
     if block_size is None:
         block_size = layout.block_size
     if isinstance(block_size, int):

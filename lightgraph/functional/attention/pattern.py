@@ -1,39 +1,22 @@
-"""The attention pattern of one token sequence, and its query-sorted (CSR) view."""
+"""The attention pattern of one token sequence, and the token path a pattern can be given."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
 
 import lightgraph.functional.attention.cluster_sparse as _cluster_sparse
-from lightgraph.functional.attention.cluster_sparse import ClusterSparseLayout
+from lightgraph.functional.attention.cluster_sparse_layout import ClusterSparseLayout
 from lightgraph.functional.attention.conditions import check_conditions
+from lightgraph.functional.attention.sorted_pattern import SortedPattern, sort_by_query
+from lightgraph.functional.attention.sparse import _SparseStructure
 from lightgraph.functional.graph_encoding import FAR_BUCKET
 from lightgraph.utilities.checks import check_graph_edge_index, check_int, describe
 
-if TYPE_CHECKING:
-    from lightgraph.functional.attention.sparse import _SparseStructure
-
-__all__ = ["AttentionGraph", "SortedPattern", "add_token_path", "sort_by_query"]
-
-
-class SortedPattern(NamedTuple):
-    """A pattern sorted by query, then key (CSR order).
-
-    Attributes:
-        edge_index: ``[2, E]`` the sorted pattern.
-        edge_bucket: ``[E]`` the sorted buckets (``None`` without buckets).
-        perm: ``[E]`` the sort: ``sorted = original[..., perm]``.
-        ptr: ``[S + 1]`` CSR pointer: the entries of query ``i`` are ``ptr[i]:ptr[i + 1]``.
-    """
-
-    edge_index: Tensor
-    edge_bucket: Tensor | None
-    perm: Tensor
-    ptr: Tensor
+__all__ = ["AttentionGraph", "add_token_path"]
 
 
 @dataclass(eq=False)
@@ -197,9 +180,6 @@ class AttentionGraph:
 
     def _sparse_structure(self, num_heads: int) -> _SparseStructure:
         """The sparse kernel's CSR structure over ``num_heads`` heads (cached per count)."""
-        # Imported here: the sparse kernel sorts patterns with this module's sort_by_query.
-        from lightgraph.functional.attention.sparse import _SparseStructure
-
         key = ("sparse_structure", num_heads)
         cached = self.cache.get(key)
         if cached is None:
@@ -207,30 +187,6 @@ class AttentionGraph:
             cached = _SparseStructure(pattern.edge_index, self.num_tokens, num_heads)
             self.cache[key] = cached
         return cached
-
-
-def sort_by_query(edge_index: Tensor, num_tokens: int, edge_bucket: Tensor | None) -> SortedPattern:
-    """Sort a ``[2, E]`` pattern by query, then key (stable; no copy when already sorted).
-
-    Args:
-        edge_index: ``[2, E]`` long, row 0 key, row 1 query.
-        num_tokens: sequence length ``S``.
-        edge_bucket: ``[E]`` buckets sorted along, or ``None``.
-
-    Returns:
-        The :class:`SortedPattern` with its CSR pointer over ``S`` queries.
-    """
-    src, dst = edge_index
-    key = dst * num_tokens + src
-    if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):
-        perm = torch.arange(key.numel(), device=key.device)
-    else:
-        perm = torch.argsort(key, stable=True)
-        edge_index = edge_index[:, perm]
-        edge_bucket = None if edge_bucket is None else edge_bucket[perm]
-    counts = torch.bincount(edge_index[1], minlength=num_tokens)
-    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    return SortedPattern(edge_index, edge_bucket, perm, ptr)
 
 
 def add_token_path(

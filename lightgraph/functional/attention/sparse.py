@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from lightgraph.functional.attention.pattern import sort_by_query
+from lightgraph.functional.attention.sorted_pattern import sort_by_query
 from lightgraph.utilities.checks import check_graph_edge_index, check_qkv, check_rate, describe
 
 __all__ = ["sparse_attention"]

@@ -63,6 +63,10 @@ class PartitionAware(nn.Module):
     (``GCNConv``, ``GCN2Conv`` with ``normalize=True``) the wrapper turns the layer's own
     normalisation off and feeds the adjacency normalised with the plan's global degrees
     (``normalization="gcn"`` does the same for any layer taking ``edge_weight``).
+    ``GCNConv(improved=True)`` is computed as PyG computes it on the whole graph's
+    ``edge_index``: without edge weights, PyG's ``gcn_norm`` gives every node one self-loop
+    of weight 1 (``add_remaining_self_loops`` applies its fill value to weighted edges
+    only), which is what the plan's GCN weights hold.
     Layers that propagate several hops per call (``SGConv``, ``APPNP``, ``TAGConv``, ...)
     are rejected: stack one-hop layers instead.
 
@@ -130,12 +134,6 @@ class PartitionAware(nn.Module):
                     f"PartitionAware: {type(conv).__name__}(normalize=True) normalises with the degrees it "
                     f"sees, which are wrong for halo rows; use normalization='gcn' (or 'auto') so the "
                     f"plan's global degrees are used, or build the layer with normalize=False."
-                )
-            if getattr(conv, "improved", False):
-                raise ValueError(
-                    f"PartitionAware: {type(conv).__name__}(improved=True) is not supported on "
-                    f"partitions (the plan's global GCN weights use self-loop weight 1, not 2); pass "
-                    f"improved=False, or normalize=False and your own edge weights."
                 )
             if not getattr(conv, "add_self_loops", True):
                 raise ValueError(

@@ -23,7 +23,8 @@ construction; only the moment the halo rows are waited for differs. Per layer ty
 * ``GCNConv``, :class:`~lightgraph.nn.conv.GCNPropagation`:
   :math:`\\mathbf{A}_{\\text{in}}\\mathbf{X}_{\\text{in}}\\mathbf{W} +
   \\mathbf{A}_{\\text{halo}}\\mathbf{X}_{\\text{halo}}\\mathbf{W} + \\mathbf{b}` (GCN
-  weights from global degrees, or unweighted with ``normalization="none"``).
+  weights from global degrees, ``improved=True`` included, or unweighted with
+  ``normalization="none"``).
 * ``SAGEConv`` (``aggr`` mean or sum): the neighbour sum in two halves, then
   :math:`\\mathbf{W}_l\\,\\operatorname{aggr} + \\mathbf{W}_r\\mathbf{x}_v` once per row
   (the root term in the first half).
@@ -119,13 +120,7 @@ def split_layer(
             return _Propagation(conv, gcn, transform=False)
         return None
     if isinstance(conv, GCNConv):
-        if (
-            adjacency == "adj_t"
-            and not kwargs
-            and conv.aggr == "add"
-            and not conv.cached
-            and not (gcn and conv.improved)
-        ):
+        if adjacency == "adj_t" and not kwargs and conv.aggr == "add" and not conv.cached:
             return _Propagation(conv, gcn, transform=True)
         return None
     if isinstance(conv, SAGEConv):

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-import lightgraph.functional.attention.cluster_sparse as cluster_sparse
+import lightgraph.functional.attention.cluster_sparse_layout as cluster_sparse_layout
 from lightgraph.functional.attention import (
     CLUSTER_CACHE_DIVISOR,
     NOMINAL_CACHE_BYTES,
@@ -100,7 +100,7 @@ def masked_reference(q, k, v, layout, table):
 def chunking(request, monkeypatch):
     """The kernel in one chunk, and in chunks of (about) one tile row each."""
     if request.param == "small_chunks":
-        monkeypatch.setattr(cluster_sparse, "CHUNK_ELEMENTS", 1)
+        monkeypatch.setattr(cluster_sparse_layout, "CHUNK_ELEMENTS", 1)
     return request.param
 
 

@@ -34,6 +34,7 @@ def _gcn_ref(conv: GCNConv) -> Callable:
 CASES: list[tuple[str, Callable, dict, Callable]] = [
     ("gcn", lambda: GCNConv(F_IN, 5), {}, _gcn_ref),
     ("gcn-nobias", lambda: GCNConv(F_IN, 5, bias=False), {}, _gcn_ref),
+    ("gcn-improved", lambda: GCNConv(F_IN, 5, improved=True), {}, _gcn_ref),
     (
         "gcn-unnormalised",
         lambda: GCNConv(F_IN, 5, normalize=False),
@@ -158,12 +159,6 @@ def test_options_without_a_split_path_fall_back(case: int) -> None:
     name, conv, options, kwargs = _unsupported()[case]
     wrapped = PartitionAware(conv, **options)
     assert split_layer(conv, wrapped.adjacency, wrapped.normalization, kwargs) is None, name
-
-
-def test_improved_gcn_is_rejected_rather_than_computed_with_weight_one() -> None:
-    # The plan's global GCN weights use self-loop weight 1; improved=True needs 2.
-    with pytest.raises(ValueError, match="improved=True"):
-        PartitionAware(GCNConv(F_IN, 5, improved=True))
 
 
 def test_fallback_on_one_partition_equals_pyg() -> None:
