@@ -308,8 +308,9 @@ def stage_two(
     ``node_ids`` maps store ids to them). With ``history_layers = L - 1 > 0`` (PBS with
     historical embeddings) it also carries, per hidden layer ``l``, ``halo_index[l]`` (halo
     rows among hops ``0 .. L-1-l``), ``hist[l]`` (their history rows), ``push_index[l]``
-    (inner rows among hops ``0 .. L-2-l``: the rows whose layer-``l`` output is computed from
-    their whole sampled neighbourhood) and ``push_ids[l]`` (their store ids).
+    (inner rows among hops ``0 .. L-1-l``: the rows whose layer-``l`` output is computed from
+    their whole sampled neighbourhood; hop ``L-l`` rows are cut off from their in-edges by
+    trimming) and ``push_ids[l]`` (their store ids).
     """
     src = macro.source
     device = macro.x.device
@@ -387,21 +388,46 @@ class MultistageLoader:
     keyed by ``(seed, epoch, macro-batch[, mini-batch])``, so prefetching, serial and
     resumed (:meth:`state_dict`) runs yield the same steps.
 
+    **One pass, one epoch.** Each pass over the loader is one whole epoch: every seed of
+    the plan once. A PBS epoch's step count (``sum over groups of ceil(training nodes in
+    the group / batch_size)``) depends on that epoch's partition draw, while Lightning
+    reads ``len()`` once per fit and stops every later epoch at that count. So only a loader
+    whose step count is the same every epoch (``sized``: LBS) has a length; for PBS
+    ``len()`` raises :class:`TypeError`, and Lightning, as for any iterable without a
+    length, runs each epoch until the pass ends. A pass that the consumer abandons inside
+    an epoch after steps were handed over (``limit_train_batches``) is not continued: the
+    next pass starts the next epoch, as a new pass over a ``DataLoader`` does.
+
+    **Position.** :meth:`state_dict` holds the step after the last one *handed over*.
+    Alone, a step is handed over when it is yielded. Under a Trainer (``handover="reported"``,
+    set by the data module's ``train_dataloader``) it is handed over when
+    ``transfer_batch_to_device`` passes it on (:meth:`hand_over`): Lightning fetches a
+    step ahead of training when the loader has no length, and a checkpoint must not count
+    that step as trained.
+
     Args:
         build: ``build(epoch, k) -> StageOneBatch`` (stage 1, plus AoT when enabled).
         plan: ``plan(epoch) -> list of seeds per macro-batch`` (store ids).
         batch_size: seeds per mini-batch.
         prefetch: build the next macro-batch in a background thread.
+        sized: every epoch has the same number of steps, and ``len()`` gives it.
     """
 
-    def __init__(self, build: Any, plan: Any, batch_size: int, prefetch: bool = True) -> None:
+    def __init__(
+        self, build: Any, plan: Any, batch_size: int, prefetch: bool = True, sized: bool = True
+    ) -> None:
         self.build = build
         self.plan = plan
         self.batch_size = batch_size
         self.prefetch = prefetch
+        self.sized = sized
+        self.handover = "on-yield"
         self.stats = MultistageStats()
         self.epoch = 0
-        self._next = (0, 0)  # (macro-batch, mini-batch) the next step starts at
+        self._next = (0, 0)  # (macro-batch, mini-batch) the next step to hand over
+        self._handed_in_pass = 0  # steps handed over since the current pass began
+        self._counted: tuple[int, int] | None = None  # the macro-batch the stats counted last
+        self._length: int | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[tuple[int, int], Future[StageOneBatch]] | None = None
 
@@ -409,7 +435,14 @@ class MultistageLoader:
         return [math.ceil(s.numel() / self.batch_size) for s in self.plan(epoch)]
 
     def __len__(self) -> int:
-        return sum(self._sizes(self.epoch))
+        if not self.sized:
+            raise TypeError(
+                "MultistageLoader: the number of steps of a PBS epoch depends on its partition "
+                "draw, so the loader has no length; each pass runs one whole epoch."
+            )
+        if self._length is None:
+            self._length = sum(self._sizes(self.epoch))
+        return self._length
 
     def _submit(self, epoch: int, k: int) -> Future[StageOneBatch]:
         if self._pool is None:
@@ -422,11 +455,43 @@ class MultistageLoader:
         self.stats.wait_seconds += time.perf_counter() - tic
         return macro
 
+    def hand_over(self, step: StagedStep) -> None:
+        """Record that ``step`` went to training: count it and move the position past it."""
+        macro = step.macro
+        if (macro.epoch, macro.index) != self._counted:
+            self._counted = (macro.epoch, macro.index)
+            self.stats.macro_batches += 1
+            self.stats.nodes_loaded += macro.num_nodes_sampled
+            self.stats.nodes_moved += macro.num_nodes
+            self.stats.stage1_seconds += macro.build_seconds
+        self.stats.mini_batches += 1
+        self.stats.targets += int(step.seeds.numel())
+        epoch, k, b = macro.epoch, macro.index, step.step + 1
+        if b == len(macro.batches):  # the next non-empty macro-batch, or the next epoch
+            sizes = self._sizes(epoch)
+            k, b = k + 1, 0
+            while k < len(sizes) and sizes[k] == 0:
+                k += 1
+            if k == len(sizes):
+                epoch, k = epoch + 1, 0
+        self.epoch, self._next = epoch, (k, b)
+        self._handed_in_pass += 1
+
     def __iter__(self) -> Iterator[StagedStep]:
+        if self._handed_in_pass and self._next != (0, 0):
+            # The previous pass was left inside its epoch after training on some of it.
+            self.epoch, self._next = self.epoch + 1, (0, 0)
+        self._handed_in_pass = 0
         epoch = self.epoch
         first_macro, first_step = self._next
         sizes = self._sizes(epoch)
+        if self.sized and sum(sizes) != len(self):
+            raise RuntimeError(
+                f"MultistageLoader: epoch {epoch} has {sum(sizes)} steps but the loader was "
+                f"built as `sized` with {len(self)} steps per epoch."
+            )
         count = len(sizes)
+        on_yield = self.handover == "on-yield"
         # A macro-batch built ahead (at the end of the previous epoch) is used if it is the
         # one needed now; anything else is dropped.
         pending, self._ahead = self._ahead, None
@@ -447,26 +512,17 @@ class MultistageLoader:
                     future = self._submit(*key)
                     if k + 1 == count:
                         self._ahead, future = (key, future), None
-                self.stats.macro_batches += 1
-                self.stats.nodes_loaded += macro.num_nodes_sampled
-                self.stats.nodes_moved += macro.num_nodes
-                self.stats.stage1_seconds += macro.build_seconds
                 start = first_step if k == first_macro else 0
                 for b in range(start, len(macro.batches)):
-                    self.stats.mini_batches += 1
-                    self.stats.targets += int(macro.batches[b].numel())
-                    # Mark the epoch's end before its last step: Lightning may not ask again.
-                    if b + 1 < len(macro.batches):
-                        self._next = (k, b + 1)
-                    elif k + 1 < count:
-                        self._next = (k + 1, 0)
-                    else:
-                        self.epoch, self._next = epoch + 1, (0, 0)
-                    yield StagedStep(macro, b)
+                    step = StagedStep(macro, b)
+                    if on_yield:
+                        # Before the yield: a sized epoch's consumer may not ask again.
+                        self.hand_over(step)
+                    yield step
         finally:
             if future is not None:
                 future.cancel()
-        if self.epoch == epoch:
+        if on_yield and self.epoch == epoch:  # an epoch without a single step
             self.epoch, self._next = epoch + 1, (0, 0)
 
     def state_dict(self) -> dict[str, int]:
@@ -478,6 +534,7 @@ class MultistageLoader:
             self._ahead = None
         self.epoch = int(state["epoch"])
         self._next = (int(state["macro"]), int(state["step"]))
+        self._handed_in_pass = 0
 
     def close(self) -> None:
         if self._pool is not None:

@@ -64,6 +64,10 @@ def check_second_stage_fanouts(
     return second
 
 
+def _default(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 class MultistageDataModule(PartitionStoreDataModule):
     """JOESTAR: two-stage neighbour sampling, stage 1 on the host and stage 2 on the device.
 
@@ -88,20 +92,35 @@ class MultistageDataModule(PartitionStoreDataModule):
     to the device once, counting the bytes, and :meth:`on_after_batch_transfer` runs
     stage 2 there, so on a GPU second-stage sampling and feature gathering are GPU work.
 
+    Each argument of one first stage only (``ratio``, ``second_stage_fanouts``,
+    ``num_sampler_threads`` for LBS; ``num_parts``, ``parts_per_batch``, ``history`` for PBS)
+    defaults to ``None`` ("unset": the default below) and is a :class:`ValueError` when set
+    for the other first stage, where it would have no effect.
+
+    **Epochs.** Every training epoch trains each training node exactly once. LBS cuts the
+    same macro-batch and mini-batch sizes every epoch, and its training loader has that
+    fixed length. A PBS epoch's step count, ``sum over groups of ceil(training nodes in the
+    group / batch_size)``, depends on that epoch's partition draw, so the PBS loader has no
+    length and Lightning runs each epoch until the loader's pass ends (as for any iterable
+    without a length: the progress bar shows no total, ``val_check_interval`` must be
+    ``1.0``, an int or a time, and ``limit_train_batches`` ``1.0`` or an int). See
+    :class:`~lightgraph.data.multistage.MultistageLoader`.
+
     Args:
         dataset: the graph (any :class:`~lightgraph.data.GraphDataset`).
         first_stage: ``"lbs"`` or ``"pbs"``.
         fanouts: the model's neighbours per hop (stage 1 of LBS; stage 2 of PBS).
         batch_size: seeds per mini-batch.
-        ratio: LBS macro-batch size as a fraction of the training nodes, in (0, 1].
-        second_stage_fanouts: LBS stage-2 fanouts (``None``: all neighbours).
-        num_parts: PBS partitions of the graph (``p``).
-        parts_per_batch: PBS partitions per macro-batch (``b <= p``).
-        history: PBS: historical embeddings for the halo's hidden layers.
+        ratio: LBS: macro-batch size as a fraction of the training nodes, in (0, 1]
+            (unset: 0.125).
+        second_stage_fanouts: LBS: stage-2 fanouts (unset: all neighbours).
+        num_parts: PBS: partitions of the graph, ``p`` (unset: 128).
+        parts_per_batch: PBS: partitions per macro-batch, ``b <= p`` (unset: 16).
+        history: PBS: historical embeddings for the halo's hidden layers (unset: ``True``).
         aot: ahead-of-time filtering (stage-2 samples drawn on the host, only touched rows
             moved to the device).
-        num_sampler_threads: threads that cooperate on one LBS stage-1 sample (intra-batch
-            parallel sampling).
+        num_sampler_threads: LBS: threads that cooperate on one stage-1 sample
+            (intra-batch parallel sampling; unset: 1).
         prefetch: build the next macro-batch in a background thread.
         eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed: see
             :class:`~lightgraph.data.PartitionStoreDataModule`.
@@ -113,13 +132,13 @@ class MultistageDataModule(PartitionStoreDataModule):
         first_stage: str = "lbs",
         fanouts: Sequence[int] = (15, 10, 5),
         batch_size: int = 1000,
-        ratio: float = 0.125,
+        ratio: float | None = None,
         second_stage_fanouts: Sequence[int] | None = None,
-        num_parts: int = 128,
-        parts_per_batch: int = 16,
-        history: bool = True,
+        num_parts: int | None = None,
+        parts_per_batch: int | None = None,
+        history: bool | None = None,
         aot: bool = False,
-        num_sampler_threads: int = 1,
+        num_sampler_threads: int | None = None,
         prefetch: bool = True,
         eval_mode: str = "layerwise",
         eval_fanouts: Sequence[int] = (20, 20, 20),
@@ -130,10 +149,28 @@ class MultistageDataModule(PartitionStoreDataModule):
         owner = "MultistageDataModule"
         first_stage = check_choice(owner, "first_stage", first_stage, FIRST_STAGES)
         pbs = first_stage == "pbs"
-        num_parts = check_int(owner, "num_parts", num_parts, low=1)
+        # An argument of the other first stage would be silently ignored: reject it.
+        own = {
+            "lbs": dict(
+                ratio=ratio,
+                second_stage_fanouts=second_stage_fanouts,
+                num_sampler_threads=num_sampler_threads,
+            ),
+            "pbs": dict(num_parts=num_parts, parts_per_batch=parts_per_batch, history=history),
+        }
+        other = "lbs" if pbs else "pbs"
+        for name, value in own[other].items():
+            if value is not None:
+                raise ValueError(
+                    f"{owner}: `{name}` applies to first_stage='{other}' only and has no "
+                    f"effect with first_stage='{first_stage}', but got {name}={value!r}; leave "
+                    f"it unset or use first_stage='{other}'."
+                )
+        # LBS trains from the NS-Mem store: one partition in original order.
+        num_parts = check_int(owner, "num_parts", _default(num_parts, 128), low=1) if pbs else 1
         super().__init__(
             dataset,
-            num_parts=num_parts if pbs else 1,
+            num_parts=num_parts,
             partitioner="gap" if pbs else "random",
             hub_fraction=0.0,
             eval_mode=eval_mode,
@@ -145,16 +182,20 @@ class MultistageDataModule(PartitionStoreDataModule):
         self.first_stage = first_stage
         self.fanouts = check_fanouts(owner, list(fanouts))
         self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
-        self.ratio = check_ratio(owner, ratio)
+        # LBS only (PBS keeps the defaults and never reads them).
+        self.ratio = check_ratio(owner, _default(ratio, 0.125))
         self.second_stage_fanouts = check_second_stage_fanouts(
             owner, second_stage_fanouts, self.fanouts
         )
-        self.parts_per_batch = check_parts_per_batch(owner, parts_per_batch, num_parts)
-        self.history = check_bool(owner, "history", history) and pbs
-        self.aot = check_bool(owner, "aot", aot)
         self.num_sampler_threads = check_int(
-            owner, "num_sampler_threads", num_sampler_threads, low=1
+            owner, "num_sampler_threads", _default(num_sampler_threads, 1), low=1
         )
+        # PBS only (LBS has one partition, no halo and so no history).
+        self.parts_per_batch = (
+            check_parts_per_batch(owner, _default(parts_per_batch, 16), num_parts) if pbs else 1
+        )
+        self.history = pbs and check_bool(owner, "history", _default(history, True))
+        self.aot = check_bool(owner, "aot", aot)
         self.prefetch = check_bool(owner, "prefetch", prefetch)
         self._graph: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._train: Tensor | None = None
@@ -162,6 +203,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         self._on_device: DeviceMacroBatch | None = None
         self._on_device_origin: StageOneBatch | None = None
         self._scratch: Tensor | None = None
+        self._graph_lock = threading.Lock()
         self._build_lock = threading.Lock()
         self._plan_lock = threading.Lock()
         self._plans: dict[int, list[tuple[Tensor, Tensor | None]]] = {}
@@ -177,11 +219,24 @@ class MultistageDataModule(PartitionStoreDataModule):
         return self._store().num_nodes
 
     def graph_arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The whole graph, read into memory once (JOESTAR trains from host memory)."""
-        if self._graph is None:
-            self._graph = tuple(t.clone() for t in super().graph_arrays())  # type: ignore[assignment]
-        assert self._graph is not None
-        return self._graph
+        """The whole graph, read into memory once (JOESTAR trains from host memory).
+
+        The stage-1 thread and the main thread (warm fill, validation) may both ask first:
+        the read happens under a lock, once, and every caller gets the same copy.
+        """
+        graph = self._graph
+        if graph is None:
+            with self._graph_lock:
+                if self._graph is None:
+                    arrays = super().graph_arrays()
+                    self._graph = (
+                        arrays[0].clone(),
+                        arrays[1].clone(),
+                        arrays[2].clone(),
+                        arrays[3].clone(),
+                    )
+                graph = self._graph
+        return graph
 
     def _train_nodes(self) -> Tensor:
         if self._train is None:
@@ -289,9 +344,23 @@ class MultistageDataModule(PartitionStoreDataModule):
     def train_loader(self) -> MultistageLoader:
         if self._train_loader is None:
             self._train_loader = MultistageLoader(
-                self.build_macro_batch, self.plan, self.batch_size, prefetch=self.prefetch
+                self.build_macro_batch,
+                self.plan,
+                self.batch_size,
+                prefetch=self.prefetch,
+                # LBS cuts the same macro-batch sizes every epoch; PBS's step count depends
+                # on the epoch's partition draw, so its loader has no length.
+                sized=self.first_stage == "lbs",
             )
         return self._train_loader
+
+    def train_dataloader(self) -> MultistageLoader:
+        """The training loader, for Lightning: its position advances when
+        :meth:`transfer_batch_to_device` hands a step to the model, not when Lightning fetches
+        it (one step ahead of training for PBS's loader, which has no length)."""
+        loader = super().train_dataloader()
+        loader.handover = "reported"
+        return loader
 
     def loader(self, split: str) -> Iterable[Any]:
         if split == "train":
@@ -358,6 +427,9 @@ class MultistageDataModule(PartitionStoreDataModule):
         self, batch: Any, device: torch.device, dataloader_idx: int
     ) -> Any:
         if isinstance(batch, StagedStep):
+            loader = self._train_loader
+            if loader is not None and loader.handover == "reported":
+                loader.hand_over(batch)
             module = self.trainer.lightning_module if self._trainer_attached() else None
             return self.to_device(batch, device, getattr(module, "history", None))
         return super().transfer_batch_to_device(batch, device, dataloader_idx)

@@ -5,9 +5,6 @@
 :class:`~lightgraph.data.token_batch.TokenBatch` per sequence and serves them, whole or
 as the token shard of a graph-parallel rank (:class:`~lightgraph.data.token_batch.TokenShard`).
 The bias-bucket layout is that of :mod:`lightgraph.functional.graph_encoding`.
-
-The batch type, the sequence builders and the encodings are re-exported here under their
-former names (``from lightgraph.data.node_sequence import TokenBatch, build_sequence``).
 """
 
 from __future__ import annotations
@@ -29,13 +26,7 @@ from lightgraph.data.synthetic_graph import SyntheticGraph
 from lightgraph.data.token_batch import TokenBatch, TokenShard
 from lightgraph.functional.attention import AttentionGraph
 from lightgraph.functional.graph_encoding import (
-    EDGE_BUCKET,
-    FAR_BUCKET,
-    GLOBAL_BUCKET,
-    SELF_BUCKET,
     check_max_distance,
-    distance_buckets,
-    laplacian_pe,
     num_buckets,
 )
 from lightgraph.utilities.checks import (
@@ -46,22 +37,7 @@ from lightgraph.utilities.checks import (
     check_type,
 )
 
-__all__ = [
-    "EDGE_BUCKET",
-    "FAR_BUCKET",
-    "GLOBAL_BUCKET",
-    "SELF_BUCKET",
-    "NodeSequenceDataModule",
-    "TokenBatch",
-    "TokenShard",
-    "build_sequence",
-    "check_max_distance",
-    "distance_buckets",
-    "laplacian_pe",
-    "metis_order",
-    "num_buckets",
-    "split_sequences",
-]
+__all__ = ["NodeSequenceDataModule"]
 
 log = logging.getLogger(__name__)
 

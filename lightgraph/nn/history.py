@@ -26,7 +26,8 @@ embeddings of the initial model first (GNNAutoScale's warm-up fill).
 Row layout with trimming (``num_sampled_nodes`` given, nodes and edges ordered by hop):
 the output of layer ``l`` holds the rows of hops ``0..L-l``; ``halo_index[l]`` are the
 halo positions among hops ``0..L-1-l`` (the rows layer ``l + 1`` reads); the caller
-pushes, for layer ``l``, the non-halo rows among hops ``0..L-2-l``.
+pushes, for layer ``l``, the non-halo rows among the same hops ``0..L-1-l`` (their outputs
+saw their whole sampled neighbourhood; hop ``L-l`` rows lost their in-edges to trimming).
 """
 
 from __future__ import annotations

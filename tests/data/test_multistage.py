@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.data import MultistageDataModule, SyntheticGraph
-from lightgraph.data.multistage import MultistageLoader, StagedStep
+from lightgraph.data.multistage import MultistageLoader, StagedStep, StageOneBatch
+from lightgraph.data.store_data_module import PartitionStoreDataModule
 
 DATASET = SyntheticGraph(num_nodes=800, avg_degree=6, num_features=8, train_ratio=0.3, seed=3)
 CPU = torch.device("cpu")
 
 
 def _module(tmp_path, **kwargs) -> MultistageDataModule:
-    args = dict(batch_size=50, ratio=0.25, num_parts=8, parts_per_batch=2, history=False)
+    if kwargs.get("first_stage", "lbs") == "lbs":
+        args: dict = dict(batch_size=50, ratio=0.25)
+    else:
+        args = dict(batch_size=50, num_parts=8, parts_per_batch=2, history=False)
     args.update(kwargs)
     dm = MultistageDataModule(DATASET, cache_dir=str(tmp_path), **args)
     dm.prepare_data()
@@ -188,8 +196,9 @@ class _StubHistory:
     ("first_stage", "history"), [("lbs", False), ("pbs", False), ("pbs", True)]
 )
 def test_aot_filtering_does_not_change_the_mini_batches(tmp_path, first_stage, history):
-    plain = _module(tmp_path, first_stage=first_stage, history=history)
-    aot = _module(tmp_path, first_stage=first_stage, history=history, aot=True)
+    mode = dict(first_stage=first_stage, **(dict(history=history) if first_stage == "pbs" else {}))
+    plain = _module(tmp_path, **mode)
+    aot = _module(tmp_path, aot=True, **mode)
     table = _StubHistory()
 
     def batches(dm):
@@ -305,3 +314,120 @@ def test_staged_steps_are_what_the_loader_yields(tmp_path):
 def test_bad_input_is_named(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         MultistageDataModule(DATASET, cache_dir=str(tmp_path), **kwargs)
+
+
+# ------------------------------------------------------------ arguments of one mode only
+@pytest.mark.parametrize(
+    ("first_stage", "kwargs"),
+    [
+        ("lbs", dict(num_parts=8)),
+        ("lbs", dict(parts_per_batch=2)),
+        ("lbs", dict(history=True)),
+        ("lbs", dict(history=False)),
+        ("pbs", dict(ratio=0.5)),
+        ("pbs", dict(num_sampler_threads=2)),
+        ("pbs", dict(second_stage_fanouts=[20, 20, 20])),
+    ],
+)
+def test_an_argument_of_the_other_mode_is_an_error(tmp_path, first_stage, kwargs):
+    (name, value), other = next(iter(kwargs.items())), {"lbs": "pbs", "pbs": "lbs"}[first_stage]
+    match = rf"`{name}`.*first_stage='{other}'.*first_stage='{first_stage}'.*{name}=" + (
+        re.escape(repr(value))
+    )
+    with pytest.raises(ValueError, match=match):
+        MultistageDataModule(DATASET, first_stage=first_stage, cache_dir=str(tmp_path), **kwargs)
+
+
+def test_unset_arguments_take_their_mode_defaults(tmp_path):
+    lbs = MultistageDataModule(DATASET, first_stage="lbs", cache_dir=str(tmp_path))
+    assert (lbs.ratio, lbs.num_sampler_threads, lbs.second_stage_fanouts) == (0.125, 1, [-1] * 3)
+    assert lbs.history_layers == 0
+    pbs = MultistageDataModule(DATASET, first_stage="pbs", cache_dir=str(tmp_path))
+    assert (pbs.num_parts, pbs.parts_per_batch, pbs.history) == (128, 16, True)
+    assert pbs.history_layers == 2
+
+
+# ------------------------------------------------------------------------- the graph
+def test_the_graph_is_read_into_memory_once_under_concurrent_first_use(tmp_path, monkeypatch):
+    dm = _module(tmp_path, first_stage="lbs")
+    reads: list[int] = []
+    read = PartitionStoreDataModule.graph_arrays
+
+    def slow_read(self):  # a slow disk: every thread that gets here reads the graph
+        reads.append(threading.get_ident())
+        time.sleep(0.05)
+        return read(self)
+
+    monkeypatch.setattr(PartitionStoreDataModule, "graph_arrays", slow_read)
+    threads = 6
+    start = threading.Barrier(threads)
+    got: list = [None] * threads
+
+    def first_use(i: int) -> None:
+        start.wait()
+        got[i] = dm.graph_arrays()
+
+    workers = [threading.Thread(target=first_use, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=30)
+    assert len(reads) == 1
+    assert all(g is got[0] for g in got)  # one copy, shared by every thread
+    indptr, indices, x, y = got[0]
+    store_indptr, store_indices = dm.store.csc()
+    assert torch.equal(indptr, store_indptr) and torch.equal(indices, store_indices)
+    assert torch.equal(x, dm.store.features()) and torch.equal(y, dm.store.labels())
+
+
+# ------------------------------------------------------------------- epoch length
+def test_a_pbs_loader_has_no_length_and_each_pass_is_one_whole_epoch(tmp_path):
+    dm = _module(tmp_path, first_stage="pbs", num_parts=8, parts_per_batch=3, batch_size=40)
+    loader = dm.train_loader()
+    with pytest.raises(TypeError, match="partition draw"):
+        len(loader)
+    train = sorted(dm.split_nodes("train").tolist())
+    for epoch in range(3):
+        seeds = [v for s in loader for v in s.macro.node[s.seeds].tolist()]
+        assert sorted(seeds) == train, f"epoch {epoch}"
+    assert loader.epoch == 3
+
+
+def _stub_loader(sizes: list[int]) -> MultistageLoader:
+    """A loader over macro-batches of ``sizes`` seeds (mini-batches of 2), no graph."""
+
+    def plan(epoch):
+        return [torch.arange(n) for n in sizes]
+
+    def build(epoch, k):
+        seeds = torch.arange(sizes[k])
+        return StageOneBatch(
+            epoch=epoch,
+            index=k,
+            node=seeds,
+            x=seeds,
+            y=seeds,
+            indptr=None,
+            indices=None,
+            num_inner=sizes[k],
+            batches=[seeds[i : i + 2] for i in range(0, sizes[k], 2)],
+        )
+
+    return MultistageLoader(build, plan, batch_size=2, prefetch=False, sized=False)
+
+
+def test_handing_over_moves_the_position_past_empty_macro_batches():
+    loader = _stub_loader([3, 0, 2, 0])  # PBS groups without training nodes have no steps
+    loader.handover = "reported"
+    positions = []
+    for step in loader:  # fetched steps do not move the position; handed-over ones do
+        assert loader.state_dict() == (
+            positions[-1] if positions else {"epoch": 0, "macro": 0, "step": 0}
+        )
+        loader.hand_over(step)
+        positions.append(loader.state_dict())
+    assert positions == [
+        {"epoch": 0, "macro": 0, "step": 1},
+        {"epoch": 0, "macro": 2, "step": 0},
+        {"epoch": 1, "macro": 0, "step": 0},
+    ]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import lightning.pytorch as pl
+import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch_geometric.nn.models import GAT, GraphSAGE
 
+from lightgraph.callbacks import RandomStateCheckpoint
 from lightgraph.data import MultistageDataModule, SyntheticGraph
+from lightgraph.data.multistage import MultistageLoader
 from lightgraph.models import MiniBatchNodeClassifier
 
 DATASET = SyntheticGraph(num_nodes=600, avg_degree=6, num_features=8, train_ratio=0.3, seed=5)
@@ -121,3 +125,107 @@ def test_exact_validation_refreshes_every_history_row(tmp_path):
     # Refreshed: every row holds the final model's exact embedding (validation ran last);
     # without the refresh, rows no step pushed keep older values.
     assert tables == {True: True, False: False}
+
+
+# --------------------------------------------------------------- one epoch, one pass
+class _Seeds(pl.Callback):
+    """The seeds (original node ids) every Lightning epoch trained on, in order."""
+
+    def __init__(self) -> None:
+        self.epochs: dict[int, list[int]] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        seeds = batch.n_id[: batch.batch_size].tolist()
+        self.epochs.setdefault(trainer.current_epoch, []).extend(seeds)
+
+
+def _training_nodes() -> list[int]:
+    """The training set in original ids, from the dataset's own mask."""
+    return DATASET.load().train_mask.nonzero().view(-1).tolist()
+
+
+def _steps(dm: MultistageDataModule, epoch: int) -> int:
+    return sum(-(-len(seeds) // dm.batch_size) for seeds in dm.plan(epoch))
+
+
+def _multistage(tmp_path, **kwargs) -> MultistageDataModule:
+    return MultistageDataModule(DATASET, cache_dir=str(tmp_path / "cache"), **kwargs)
+
+
+# PBS: the 6 partitions in 2 groups of 3, 40 seeds per step: the draws of epochs 0..3 give
+# 5, 6, 6 and 6 steps.
+_PBS = dict(first_stage="pbs", num_parts=6, parts_per_batch=3, batch_size=40, fanouts=[3, 3])
+_LBS = dict(first_stage="lbs", ratio=0.25, batch_size=40, fanouts=[3, 3])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(_PBS, history=False), dict(_PBS, history=True), _LBS],
+    ids=["pbs", "pbs-history", "lbs"],
+)
+def test_every_lightning_epoch_trains_each_training_node_once(tmp_path, kwargs):
+    torch.manual_seed(0)
+    epochs = 4
+    dm = _multistage(tmp_path, **kwargs)
+    seeds = _Seeds()
+    gnn = GraphSAGE(DATASET.num_features, 16, 2, DATASET.num_classes)
+    module = MiniBatchNodeClassifier(gnn, DATASET.num_classes, lr=0.01)
+    trainer = _trainer(
+        tmp_path, epochs, limit_val_batches=0, callbacks=[RandomStateCheckpoint(), seeds]
+    )
+    trainer.fit(module, dm)
+    if kwargs["first_stage"] == "pbs":  # the draw changes the number of steps
+        assert len({_steps(dm, e) for e in range(epochs)}) > 1
+    train = sorted(_training_nodes())
+    assert sorted(seeds.epochs) == list(range(epochs))
+    for epoch, got in seeds.epochs.items():
+        assert sorted(got) == train, f"epoch {epoch}"
+    assert dm.train_loader().epoch == epochs  # the loader's epochs are Lightning's
+
+
+def test_a_run_stopped_mid_epoch_resumes_with_the_rest_of_that_epoch(tmp_path):
+    torch.manual_seed(0)
+    first = _Seeds()
+    save = ModelCheckpoint(dirpath=tmp_path / "ckpt", filename="mid", every_n_train_steps=8)
+    gnn = GraphSAGE(DATASET.num_features, 16, 2, DATASET.num_classes)
+    module = MiniBatchNodeClassifier(gnn, DATASET.num_classes, lr=0.01)
+    trainer = _trainer(
+        tmp_path,
+        3,
+        max_steps=8,
+        limit_val_batches=0,
+        enable_checkpointing=True,
+        callbacks=[RandomStateCheckpoint(), first, save],
+    )
+    trainer.fit(module, _multistage(tmp_path, history=False, **_PBS))
+    assert sorted(first.epochs) == [0, 1]  # stopped inside epoch 1 (5 + 3 steps)
+    assert len(first.epochs[1]) < len(first.epochs[0])
+
+    rest = _Seeds()
+    gnn = GraphSAGE(DATASET.num_features, 16, 2, DATASET.num_classes)
+    module = MiniBatchNodeClassifier(gnn, DATASET.num_classes, lr=0.01)
+    trainer = _trainer(tmp_path, 3, limit_val_batches=0, callbacks=[RandomStateCheckpoint(), rest])
+    dm = _multistage(tmp_path, history=False, **_PBS)
+    trainer.fit(module, dm, ckpt_path=save.best_model_path)
+    train = sorted(_training_nodes())
+    assert sorted(first.epochs[0]) == train
+    assert sorted(first.epochs[1] + rest.epochs[1]) == train  # nothing repeated or skipped
+    assert sorted(rest.epochs[2]) == train
+
+
+def test_an_epoch_cut_short_by_the_trainer_is_not_continued_in_the_next(tmp_path):
+    torch.manual_seed(0)
+    seeds = _Seeds()
+    dm = _multistage(tmp_path, history=False, **_PBS)
+    gnn = GraphSAGE(DATASET.num_features, 16, 2, DATASET.num_classes)
+    module = MiniBatchNodeClassifier(gnn, DATASET.num_classes, lr=0.01)
+    trainer = _trainer(tmp_path, 3, limit_train_batches=2, limit_val_batches=0, callbacks=[seeds])
+    trainer.fit(module, dm)
+    assert dm.train_loader().epoch == 2  # the third pass, cut after two steps
+    ids = dm.store.node_ids.long()
+    for epoch in range(3):  # Lightning epoch e trains the first two steps of loader epoch e
+        alone = MultistageLoader(dm.build_macro_batch, dm.plan, dm.batch_size, prefetch=False)
+        alone.load_state_dict({"epoch": epoch, "macro": 0, "step": 0})
+        steps = iter(alone)
+        want = [ids[s.macro.node[s.seeds]].tolist() for s in (next(steps), next(steps))]
+        assert seeds.epochs[epoch] == want[0] + want[1], f"epoch {epoch}"
