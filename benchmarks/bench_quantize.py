@@ -49,6 +49,8 @@ from typing import Any
 
 import torch
 
+from lightgraph.functional.quantize import backend, fused, reference
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the module (lightgraph.functional re-exports the function `quantize` under its name)
 Q: Any = importlib.import_module("lightgraph.functional.quantize")
@@ -96,22 +98,22 @@ class _TorchPath:
     """Context: pack_rows / unpack_rows take the eager torch reference."""
 
     def __enter__(self) -> None:
-        self.saved = Q._kernels
-        Q._kernels = lambda: None
+        self.saved = backend._kernels
+        backend._kernels = lambda: None
 
     def __exit__(self, *exc: object) -> None:
-        Q._kernels = self.saved
+        backend._kernels = self.saved
 
 
 class _OneThread:
     """Context: the kernels run on the calling thread only."""
 
     def __enter__(self) -> None:
-        self.saved = Q._MAX_THREADS
-        Q._MAX_THREADS = 1
+        self.saved = fused._MAX_THREADS
+        fused._MAX_THREADS = 1
 
     def __exit__(self, *exc: object) -> None:
-        Q._MAX_THREADS = self.saved
+        fused._MAX_THREADS = self.saved
 
 
 class _Nothing:
@@ -227,7 +229,8 @@ def wide_fractions(args: argparse.Namespace) -> list[dict[str, Any]]:
             w = Q.wide_rows(buf, rb, d)
             # rows whose bfloat16 zero point alone would miss the 1 % step bound
             mn, mx = x.aminmax(dim=1)
-            s16 = Q._scale_search("bench", mn, mx, Q._to_param(mn, -float("inf")).float(), b)
+            z16 = reference._to_param(mn, -float("inf")).float()
+            s16 = reference._scale_search("bench", mn, mx, z16, b)
             ideal = (mx.double() - mn.double()) / ((1 << b) - 1)
             needed = float((s16.double() > 1.01 * ideal).double().mean())
             out.append(

@@ -15,13 +15,19 @@ class CommunicationMonitor(Callback):
 
     Logs (summed over ranks, per epoch):
 
-    * ``comm/data_bytes``: message payload (FP32 rows or packed quantisation codes);
-    * ``comm/params_bytes``: quantisation side information (bf16 scale and zero point,
-      4 bytes per quantised row);
+    * ``comm/data_bytes``: message payload (FP32 rows, or the packed quantisation codes:
+      ``ceil(n_b * D * b / 8)`` bytes per width group of a message);
+    * ``comm/params_bytes``: quantisation side information: the bfloat16 scale and zero
+      point of every quantised row (4 bytes) plus the trailer entry of every wide-offset
+      row (2 more bytes; see :mod:`lightgraph.functional.quantize.wire`);
     * ``comm/forward_bytes`` / ``comm/backward_bytes``: embeddings vs. embedding gradients;
     * ``comm/params_share``: ``params / (data + params)``;
     * ``comm/quant_seconds``: time spent quantising and dequantising messages in the
       epoch (the slowest rank).
+
+    ``data + params`` is exactly the length of the messages sent. Not counted: the
+    per-peer size announcement that precedes every quantised exchange (one ``int64`` per
+    peer), and what a rank receives (its sender counts it).
 
     Needs a strategy with a halo exchanger (``BoundaryExchangeStrategy``); on a single
     process it logs nothing.

@@ -1,7 +1,8 @@
 """numba kernels of :mod:`lightgraph.functional.quantize`: fused quantize+pack, unpack+dequantize.
 
-Private module, imported lazily by :mod:`lightgraph.functional.quantize` on the first call
-that takes the CPU fast path (importing it imports numba). Every kernel performs the
+Private module, imported lazily by :mod:`lightgraph.functional.quantize.backend` on the
+first call that takes the CPU fast path (importing it imports numba) and driven by
+:mod:`lightgraph.functional.quantize.fused`. Every kernel performs the
 operations of the torch reference in the same order and in the same IEEE dtype (float32,
 or float64 for float64 rows), so its codes, parameters and dequantized values equal the
 reference bit for bit; the tests check this. No ``fastmath``. Integer arithmetic carries
@@ -44,7 +45,7 @@ CHUNK_ROWS = 64
 MAX_SCALE_BUMPS = 64
 
 # The hash, the parameter search and the layout mirror the torch reference in
-# quantize.py; keep the two in step.
+# lightgraph/functional/quantize/ (noise.py, reference.py, wire.py); keep them in step.
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
 _U8 = np.uint64(8)
@@ -162,6 +163,21 @@ def _ru_bf16_bits(v):  # type: ignore[no-untyped-def]
     return hi
 
 
+@njit(**_INLINE)
+def _two_diff(a, b):  # type: ignore[no-untyped-def]
+    """Error-free difference ``a - b = hi + err`` (as the reference's ``_two_diff``)."""
+    hi = a - b
+    bv = a - hi
+    av = hi + bv
+    return hi, (a - av) + (bv - b)
+
+
+@njit(**_INLINE)
+def _span_covers(span, d_hi, d_err):  # type: ignore[no-untyped-def]
+    """``span >= d_hi + d_err`` exactly (as the reference's ``_covers``)."""
+    return (span > d_hi) or ((span == d_hi) and (d_err <= 0))
+
+
 @njit(**_JIT)
 def _scale_search(mx, zero, qm, one):  # type: ignore[no-untyped-def]
     """Smallest bfloat16 scale covering ``[zero, mx]`` with ``qm`` steps, as in the reference.
@@ -169,18 +185,14 @@ def _scale_search(mx, zero, qm, one):  # type: ignore[no-untyped-def]
     ``mx``, ``zero``, ``qm``, ``one`` are in the compute dtype. Returns
     ``(float32 bit pattern of the bfloat16 scale, status)``.
     """
-    d_hi = mx - zero  # TwoSum: d_hi + d_err == mx - zero exactly
-    bv = mx - d_hi
-    av = d_hi + bv
-    d_err = (mx - av) - (bv - zero)
+    d_hi, d_err = _two_diff(mx, zero)
     if not np.isfinite(d_hi):
         return _U0, BAD_RANGE
     sb = _ru_bf16_bits(abs(d_hi) / qm)
     for _ in range(MAX_SCALE_BUMPS):
         sc = one * _bits_f32(sb)
         span = sc * qm
-        covered = (span > d_hi) or ((span == d_hi) and (d_err <= 0))
-        need = (d_hi / sc > qm) or not covered  # 0 / 0 is NaN: False (constant row)
+        need = (d_hi / sc > qm) or not _span_covers(span, d_hi, d_err)  # 0 / 0 is NaN: False
         if not need:
             if not np.isfinite(span):
                 return sb, BAD_RANGE
@@ -242,16 +254,12 @@ def _row_minmax_impl(xr):  # type: ignore[no-untyped-def]
 def _covers(mx, zero, sb, qm, one):  # type: ignore[no-untyped-def]
     """Whether ``zero`` with the bfloat16 scale ``sb`` passes the search's tests and the
     search from ``zero`` starts at or below ``sb``: then its result is ``sb`` itself."""
-    d_hi = mx - zero
-    bv = mx - d_hi
-    av = d_hi + bv
-    d_err = (mx - av) - (bv - zero)
+    d_hi, d_err = _two_diff(mx, zero)
     if not np.isfinite(d_hi) or _ru_bf16_bits(abs(d_hi) / qm) > sb:
         return False
     sc = one * _bits_f32(sb)
     span = sc * qm
-    covered = (span > d_hi) or ((span == d_hi) and (d_err <= 0))
-    return covered and not (d_hi / sc > qm)
+    return _span_covers(span, d_hi, d_err) and not (d_hi / sc > qm)
 
 
 @njit(**_JIT)

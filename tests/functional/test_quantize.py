@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import struct
 from fractions import Fraction
@@ -16,6 +15,7 @@ from lightgraph.functional.quantize import (
     PARAM_DTYPE,
     SEED_HIGH,
     QuantizedRows,
+    backend,
     counter_noise,
     dequantize,
     message_nbytes,
@@ -28,8 +28,6 @@ from lightgraph.functional.quantize import (
     wide_rows,
 )
 
-# the module (lightgraph.functional re-exports the function `quantize` under its name)
-quantize_module = importlib.import_module("lightgraph.functional.quantize")
 ONE_MINUS = 1.0 - 2.0**-24  # largest float32 below 1
 
 
@@ -512,7 +510,7 @@ def test_compiled_counter_core_equals_the_fused_kernel(monkeypatch: pytest.Monke
     x = _mixed_rows(400, 129, seed=3, dtype=torch.float32)
     row_bits = torch.tensor([1, 4]).repeat_interleave(200)[torch.randperm(400, generator=_gen(2))]
     fast = pack_rows(x, row_bits, _gen(4))
-    monkeypatch.setattr(quantize_module, "_kernels", lambda: None)  # the torch path
+    monkeypatch.setattr(backend, "_kernels", lambda: None)  # the torch path
     assert torch.equal(pack_rows(x, row_bits, _gen(4), compiled=True), fast)
     assert torch.equal(pack_rows(x, row_bits, _gen(4)), fast)  # eager torch reference
 

@@ -7,7 +7,6 @@ lengths (rows straddling bytes), empty and one-row inputs and every input dtype.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Iterator
 
@@ -17,7 +16,11 @@ import torch
 from lightgraph.functional.quantize import (
     BITS,
     SEED_HIGH,
+    backend,
     counter_noise,
+    dequantize,
+    dispatch,
+    fused,
     pack_rows,
     packed_nbytes,
     quantize,
@@ -26,8 +29,7 @@ from lightgraph.functional.quantize import (
     wide_rows,
 )
 
-Q = importlib.import_module("lightgraph.functional.quantize")
-K = Q._kernels()
+K = backend._kernels()
 needs_numba = pytest.mark.skipif(K is None, reason="needs numba")
 
 
@@ -36,7 +38,7 @@ def _kernels_stay_enabled() -> Iterator[None]:
     # a kernel failure would silently fall back to the torch reference (with a warning)
     # and make the comparisons below compare the reference with itself
     yield
-    assert Q._KERNELS is K
+    assert backend._KERNELS is K
 
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -67,7 +69,7 @@ def _widths(n: int, seed: int) -> torch.Tensor:
 
 
 def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Q, "_kernels", lambda: None)
+    monkeypatch.setattr(backend, "_kernels", lambda: None)
 
 
 # ------------------------------------------------------------------ counter noise
@@ -139,7 +141,7 @@ def test_fused_kernels_equal_the_reference(dtype: torch.dtype, dim: int) -> None
     row_bits = _widths(n, seed=dim)
     counts = [int((row_bits == b).sum()) for b in BITS]
     buf = pack_rows(x, row_bits, _gen(3))
-    ref = Q._pack_reference("pack_rows", x, row_bits, counts, _seed(3), compiled=False)
+    ref = dispatch._pack_reference("pack_rows", x, row_bits, counts, _seed(3), compiled=False)
     assert torch.equal(buf, ref)
     w = wide_rows(buf, row_bits, dim)
     assert buf.numel() == packed_nbytes(row_bits, dim) + 2 * w
@@ -154,12 +156,12 @@ def test_fused_kernels_equal_the_reference(dtype: torch.dtype, dim: int) -> None
 def _reference_unpack(
     buf: torch.Tensor, row_bits: torch.Tensor, dim: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    kernels = Q._KERNELS
+    kernels = backend._KERNELS
     try:
-        Q._KERNELS = None  # _kernels() returns the cached module: disable it for one call
+        backend._KERNELS = None  # _kernels() returns the cached module: disable it for one call
         return unpack_rows(buf, row_bits, dim, dtype)
     finally:
-        Q._KERNELS = kernels
+        backend._KERNELS = kernels
 
 
 @needs_numba
@@ -170,7 +172,7 @@ def test_fused_kernels_every_width(bits: int, shape: tuple[int, int]) -> None:
     x = _rows(n, d, seed=bits + d, dtype=torch.float32)
     row_bits = torch.full((n,), bits)
     buf = pack_rows(x, row_bits, _gen(bits))
-    ref = Q._pack_reference(
+    ref = dispatch._pack_reference(
         "pack_rows", x, row_bits, [n if b == bits else 0 for b in BITS], _seed(bits), False
     )
     assert torch.equal(buf, ref)
@@ -201,7 +203,7 @@ def test_pack_rows_uses_message_row_indices(dim: int) -> None:
     for b in BITS:
         idx = (row_bits == b).nonzero().squeeze(1)
         q = quantize(x[idx], b, noise=counter_noise(s, idx.numel(), dim, row_offset=start))
-        rows.append((idx, Q.dequantize(q)))
+        rows.append((idx, dequantize(q)))
         start += idx.numel()
     y = unpack_rows(buf, row_bits, dim)
     for idx, r in rows:
@@ -241,18 +243,18 @@ def test_any_number_of_threads_gives_the_same_bytes(dim: int) -> None:
     x = _rows(500, dim, seed=5, dtype=torch.float32)
     row_bits = _widths(500, seed=5)
     counts = [int((row_bits == b).sum()) for b in BITS]
-    a = Q._pack_fast(K, x, row_bits, counts, 77, threads=1)
+    a = fused._pack_fast(K, x, row_bits, counts, 77, threads=1)
     assert a is not None
-    ya = Q._unpack_fast(K, a, row_bits, counts, dim, torch.float32, threads=1)
+    ya = fused._unpack_fast(K, a, row_bits, counts, dim, torch.float32, threads=1)
     assert torch.equal(ya, unpack_rows(a, row_bits, dim))
-    qa = Q._quantize_fast(K, x, 4, 77, threads=1)
+    qa = fused._quantize_fast(K, x, 4, 77, threads=1)
     assert qa is not None
     for parts in (2, 3, 7):  # threads, 4 parts each
-        b = Q._pack_fast(K, x, row_bits, counts, 77, threads=parts)
+        b = fused._pack_fast(K, x, row_bits, counts, 77, threads=parts)
         assert b is not None and torch.equal(a, b)
-        yb = Q._unpack_fast(K, a, row_bits, counts, dim, torch.float32, threads=parts)
+        yb = fused._unpack_fast(K, a, row_bits, counts, dim, torch.float32, threads=parts)
         assert torch.equal(ya, yb)
-        qb = Q._quantize_fast(K, x, 4, 77, threads=parts)
+        qb = fused._quantize_fast(K, x, 4, 77, threads=parts)
         assert qb is not None
         assert all(torch.equal(u, v) for u, v in zip(qa[:3], qb[:3], strict=True))
 
@@ -317,8 +319,8 @@ def test_a_failing_kernel_falls_back_to_the_reference(monkeypatch: pytest.Monkey
         raise RuntimeError("no LLVM today")
 
     monkeypatch.setattr(K, "quantize_rows", broken)
-    monkeypatch.setattr(Q, "_KERNELS", K)  # restored after the test
+    monkeypatch.setattr(backend, "_KERNELS", K)  # restored after the test
     with pytest.warns(RuntimeWarning, match=r"the numba kernels failed .*no LLVM today"):
         again = pack_rows(x, row_bits, _gen(6))
-    assert torch.equal(again, buf) and Q._KERNELS is None
+    assert torch.equal(again, buf) and backend._KERNELS is None
     monkeypatch.undo()
