@@ -48,9 +48,10 @@ class HaloExchange(Protocol):
 class EmbeddingSyncTarget(Protocol):
     """What :class:`~lightgraph.callbacks.ModalitySync` drives: a LightningModule co-training an LM and a GNN.
 
-    UniTG's Modality Collaborator (thesis §5.3.3) copies the LM's node embeddings into the
-    GNN's input store every :math:`\\Delta t` GNN epochs, and chooses :math:`\\Delta t`
-    from the GNN training loss.
+    UniTG's Modality Collaborator (M. Zhang, *Algorithm and System Co-design for Efficient
+    and Scalable Graph Learning*, PhD thesis, NTU 2026, §5.3.3) copies the LM's node
+    embeddings into the GNN's input store every :math:`\\Delta t` GNN epochs, and chooses
+    :math:`\\Delta t` from the GNN training loss.
     """
 
     def sync_embeddings(self) -> float:

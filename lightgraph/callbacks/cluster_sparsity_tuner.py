@@ -1,4 +1,8 @@
-"""TorchGT's Auto Tuner: move the cluster-sparse transfer threshold along a ladder by the LDR."""
+"""TorchGT's Auto Tuner: move the cluster-sparse transfer threshold along a ladder by the LDR.
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
+"""
 
 from __future__ import annotations
 

@@ -38,7 +38,9 @@ class IOMonitor(pl.Callback):
     * ``io/targets``, ``io/nodes_loaded``: training targets and the nodes brought into
       memory for them (macro-batch nodes, or sampled nodes for one-stage sampling);
     * ``io/normalized_working_set``: ``nodes_loaded / targets`` -- the normalised working
-      set ``C_S(B) / |B|`` of the storage-facing sampler (thesis Eq. 3.3), in nodes;
+      set ``C_S(B) / |B|`` of the storage-facing sampler (Eq. 3.3 of T. Huang,
+      *Efficient Systems for Large-Scale Graph Representation Learning*, PhD thesis, MIT
+      2025), in nodes;
     * ``io/bytes_per_target``: storage bytes per target (``bytes_read``, or
       ``pages_touched * 4096`` for a memory-mapped graph, over ``targets``);
     * ``io/wait_seconds``: time training waited for macro-batches (HANOI, JOESTAR);

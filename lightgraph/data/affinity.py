@@ -1,9 +1,12 @@
-"""Affinity microbatches of UniTG's flow parallelism (thesis §5.3.2).
+"""Affinity microbatches of UniTG's flow parallelism (§5.3.2).
 
 The nodes are reordered so that graph clusters are contiguous (METIS), and the reordered
 node range is cut into ``M`` contiguous *microbatches* — the METIS parts — that a GNN
 pipeline processes one after the other. Edges between microbatches are dropped: that is
 flow parallelism's trade-off, and METIS keeps the number of cut edges small.
+
+UniTG is ch. 5 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); section numbers and "the thesis" refer to it.
 """
 
 from __future__ import annotations

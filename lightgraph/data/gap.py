@@ -1,9 +1,11 @@
 """GNN-aware graph partitioning (GAP): label-balanced streaming FENNEL.
 
-GAP (HANOI, Sec. 4.3.2 and Algorithm 2) partitions a graph so that every part keeps
-most of its nodes' neighbours (few cut edges, as FENNEL) *and* a training-label
-distribution close to the global one (clustering partitioners such as METIS put
-same-label nodes together on homophilous graphs, which biases every macro-batch).
+GAP (HANOI: T. Huang, *Efficient Systems for Large-Scale Graph Representation Learning*,
+PhD thesis, MIT 2025, ch. 4, §4.3.2 and Algorithm 2; "the thesis" below) partitions a
+graph so that every part keeps most of its nodes' neighbours (few cut edges, as FENNEL)
+*and* a training-label distribution close to the global one (clustering partitioners
+such as METIS put same-label nodes together on homophilous graphs, which biases every
+macro-batch).
 
 Every node belongs to one *stratum*: its training label (ids ``0 .. L-1``, the distinct
 training labels in increasing order), or ``L`` for every non-training node. A node ``v``

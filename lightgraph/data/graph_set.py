@@ -1,10 +1,11 @@
 """A set of small graphs whose targets depend on structure only, and its data module.
 
 :class:`SyntheticGraphSet` is the offline graph-level task of lightgraph (the role ZINC
-and MalNet play in TorchGT's evaluation, thesis ch. 4, Table 4.3). Node features are
-constant (optionally plus noise), so a model must read the structure. The generator works in
-*degree-matched pairs*, so that node count, edge count and the whole degree sequence carry
-no information about the target:
+and MalNet play in TorchGT's evaluation: M. Zhang, *Algorithm and System Co-design for
+Efficient and Scalable Graph Learning*, PhD thesis, NTU 2026, ch. 4, Table 4.3). Node
+features are constant (optionally plus noise), so a model must read the structure. The
+generator works in *degree-matched pairs*, so that node count, edge count and the whole
+degree sequence carry no information about the target:
 
 1. draw ``n`` uniformly in ``[min_nodes, max_nodes]`` and build a base graph: the ring
    lattice :math:`C_n^2` (node ``i`` linked to ``i +- 1`` and ``i +- 2``, ``n``

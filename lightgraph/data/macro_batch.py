@@ -11,9 +11,11 @@ A background thread reads macro-batch ``m + 1`` (and builds its CSC) while macro
 ``m`` trains -- double buffering: at most two macro-batches are in memory. While the next
 one is still loading, the current one is reused, up to ``reuse`` passes in all, each pass
 with a fresh shuffle of its targets and fresh neighbour samples (data echoing at the
-macro-batch level, thesis §4.2.2). With a fixed reuse factor every random draw is derived
-from ``(seed, epoch, macro-batch, pass, mini-batch)``, so the prefetching loader, a serial
-one and a run resumed from :meth:`MacroBatchLoader.state_dict` yield identical batches.
+macro-batch level, §4.2.2 of T. Huang, *Efficient Systems for Large-Scale Graph
+Representation Learning*, PhD thesis, MIT 2025, whose ch. 4 is HANOI; "the thesis"
+below). With a fixed reuse factor every random draw is derived from ``(seed, epoch,
+macro-batch, pass, mini-batch)``, so the prefetching loader, a serial one and a run
+resumed from :meth:`MacroBatchLoader.state_dict` yield identical batches.
 With ``adaptive_reuse`` the number of passes depends on how long reading takes, which is
 the point, and is therefore not reproducible.
 """

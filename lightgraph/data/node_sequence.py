@@ -5,6 +5,9 @@
 :class:`~lightgraph.data.token_batch.TokenBatch` per sequence and serves them, whole or
 as the token shard of a graph-parallel rank (:class:`~lightgraph.data.token_batch.TokenShard`).
 The bias-bucket layout is that of :mod:`lightgraph.functional.graph_encoding`.
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Node sequences of a graph for graph transformers (TorchGT, thesis ch. 4, §4.3.2-4.3.3).
+"""Node sequences of a graph for graph transformers (TorchGT, §4.3.2-4.3.3).
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); the section numbers refer to it.
 
 A graph too large for one attention pass is cut into *node sequences*: the nodes are
 reordered with METIS so that every cluster occupies a contiguous range of ids

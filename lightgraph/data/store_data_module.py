@@ -15,6 +15,9 @@ rank (``setup``). Its subclasses only differ in how they sample:
 Evaluation (``eval_mode``) is either exact layer-wise inference over the whole graph (a
 :class:`~lightgraph.data.full_graph_batch.FullGraphBatch`) or neighbour sampling with
 ``eval_fanouts`` (NS(20, 20, 20) by default).
+
+HANOI is ch. 4 of T. Huang's PhD thesis (*Efficient Systems for Large-Scale Graph
+Representation Learning*, MIT 2025); "the thesis" below means that one.
 """
 
 from __future__ import annotations

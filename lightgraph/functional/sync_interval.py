@@ -1,4 +1,8 @@
-"""UniTG's Modality Collaborator schedule (thesis §5.3.3): when to copy LM embeddings to the GNN."""
+"""UniTG's Modality Collaborator schedule (§5.3.3): when to copy LM embeddings to the GNN.
+
+UniTG is ch. 5 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); section numbers and "the thesis" refer to it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Centrality-guided early-exit LM encoder: UniTG's *Lazy Tuner* (thesis §5.3.3, Eq. 5.1).
+"""Centrality-guided early-exit LM encoder: UniTG's *Lazy Tuner* (§5.3.3, Eq. 5.1).
+
+UniTG is ch. 5 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); section numbers and "the thesis" refer to it.
 
 UniTG fine-tunes the language model (LM) of an LM + GNN pipeline with early exits chosen by
 node centrality: "not every node deserves the same depth of consideration". Each training

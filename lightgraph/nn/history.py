@@ -9,11 +9,12 @@ hidden embeddings are read from a table of *historical* embeddings, one table pe
 hidden layer, kept on the host and refreshed with the embeddings the training steps
 compute for non-halo nodes.
 
-Chosen semantics for the inputs of halo nodes (the thesis leaves this open): **halo
-nodes carry their real input features**, so the first layer's aggregation over halo
-neighbours is exact (as in GNNAutoScale); **their outputs of hidden layers 1..L-1**
-(0-based ``l = 0..L-2``) **come from the history tables**. The tables are not
-zero-initialised: :meth:`HistoricalEmbeddings.fill` computes every hidden layer's exact
+Chosen semantics for the inputs of halo nodes (JOESTAR's specification, ch. 5 of T. Huang,
+*Efficient Systems for Large-Scale Graph Representation Learning*, PhD thesis, MIT 2025,
+leaves this open): **halo nodes carry their real input features**, so the first layer's
+aggregation over halo neighbours is exact (as in GNNAutoScale); **their outputs of hidden
+layers 1..L-1** (0-based ``l = 0..L-2``) **come from the history tables**. The tables are
+not zero-initialised: :meth:`HistoricalEmbeddings.fill` computes every hidden layer's exact
 embeddings of the initial model first (GNNAutoScale's warm-up fill).
 
 * :class:`HistoricalEmbeddings` is the table: :meth:`~HistoricalEmbeddings.pull` rows

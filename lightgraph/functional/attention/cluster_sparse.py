@@ -6,6 +6,9 @@ The cluster count :math:`k` of the layout is an explicit argument everywhere; it
 :func:`default_num_clusters`, depends only on the hidden size and the fixed nominal cache
 size :data:`NOMINAL_CACHE_BYTES`, never on the machine, so one configuration gives one
 attention pattern on every machine.
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
 """
 
 from __future__ import annotations

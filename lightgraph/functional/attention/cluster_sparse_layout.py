@@ -6,6 +6,9 @@ chunks; both kernels, the tiles of
 :func:`~lightgraph.functional.attention.cluster_sparse_attention` and
 :func:`~lightgraph.functional.attention.flex.cluster_flex_attention`, read tokens in its
 segment order.
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""TorchGT's conditions C1-C3 on a topology-induced pattern."""
+"""TorchGT's conditions C1-C3 on a topology-induced pattern.
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""One entry point for TorchGT's attention kinds: dense, raw, sparse, cluster-sparse, dual, auto."""
+"""One entry point for TorchGT's attention kinds: dense, raw, sparse, cluster-sparse, dual, auto.
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
+"""
 
 from __future__ import annotations
 

@@ -201,11 +201,12 @@ def add_token_path(
     i)`` are added where the pattern lacks them, so the pattern holds a Hamiltonian path
     (condition C2 of :func:`~lightgraph.functional.attention.check_conditions`, then
     certified exactly by the token-order test) -- the construction of the universality
-    results for sparse attention the thesis cites. At most ``2 (S - 1)`` entries are
-    added; existing entries (duplicates included) are kept. Added entries get ``bucket``
-    (default ``FAR_BUCKET`` = 3 of :mod:`lightgraph.functional.graph_encoding`, the
-    bucket of attended pairs that are not graph edges, shared with the pairs a
-    cluster-sparse transfer adds).
+    results for sparse attention that TorchGT cites (M. Zhang, *Algorithm and System
+    Co-design for Efficient and Scalable Graph Learning*, PhD thesis, NTU 2026, ch. 4). At
+    most ``2 (S - 1)`` entries are added; existing entries (duplicates included) are kept.
+    Added entries get ``bucket`` (default ``FAR_BUCKET`` = 3 of
+    :mod:`lightgraph.functional.graph_encoding`, the bucket of attended pairs that are not
+    graph edges, shared with the pairs a cluster-sparse transfer adds).
 
     Args:
         edge_index: ``[2, E]`` long, row 0 key (source), row 1 query (target); any order.

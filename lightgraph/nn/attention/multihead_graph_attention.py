@@ -1,4 +1,8 @@
-"""Multi-head attention over an attention graph with a learned per-head bias (TorchGT)."""
+"""Multi-head attention over an attention graph with a learned per-head bias (TorchGT).
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
+"""
 
 from __future__ import annotations
 

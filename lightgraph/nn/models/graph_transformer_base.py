@@ -4,8 +4,9 @@ Both models take one :class:`~lightgraph.data.token_batch.TokenBatch` (a node se
 a batch of graphs) and attend with :func:`~lightgraph.functional.attention.attend` over the
 batch's :class:`~lightgraph.functional.attention.AttentionGraph`: ``"dense"`` (SDPA),
 ``"raw"``, topology-induced ``"sparse"``, ``"cluster_sparse"``, ``"auto"`` (the one of
-those two whose kernel suits the pattern) or dual-interleaved ``"dual"`` (TorchGT, thesis
-ch. 4, §4.3.2-4.3.4). Under graph parallelism (a
+those two whose kernel suits the pattern) or dual-interleaved ``"dual"`` (TorchGT: M. Zhang,
+*Algorithm and System Co-design for Efficient and Scalable Graph Learning*, PhD thesis, NTU
+2026, ch. 4, §4.3.2-4.3.4). Under graph parallelism (a
 :class:`~lightgraph.distributed.SequenceParallel` of ``P > 1`` ranks installed on the
 attention layers, e.g. by
 :class:`~lightgraph.models.graph_transformer_module.GraphTransformerModule`) every rank holds

@@ -1,4 +1,8 @@
-"""GT, the graph transformer of Dwivedi & Bresson (2021), over TorchGT's attention kinds."""
+"""GT, the graph transformer of Dwivedi & Bresson (2021), over TorchGT's attention kinds.
+
+TorchGT is ch. 4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ output during the backward pass, so the activation memory does not grow with dep
 ResGEN is the DeeperGCN design (`"DeeperGCN: All You Need to Train Deeper GCNs"
 <https://arxiv.org/abs/2006.07739>`_): pre-activation residual (``res+``)
 :class:`~torch_geometric.nn.GENConv` layers. :data:`DEEP_GNN_PRESETS` holds the sizes of
-thesis Table 5.4.
+Table 5.4 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient and
+Scalable Graph Learning*, NTU 2026), whose ch. 5 is UniTG; "the thesis" below means that
+one.
 """
 
 from __future__ import annotations
