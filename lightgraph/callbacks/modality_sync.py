@@ -1,4 +1,8 @@
-"""UniTG's Modality Collaborator: copy the LM's embeddings into the GNN every Δt epochs."""
+"""UniTG's Modality Collaborator: copy the LM's embeddings into the GNN every Δt epochs.
+
+UniTG is ch. 5 of Zhang's thesis (*Algorithm and System Co-design for Efficient and
+Scalable Graph Learning*, NTU 2026); section numbers below are the thesis's.
+"""
 
 from __future__ import annotations
 
@@ -50,8 +54,10 @@ class ModalitySync(Callback):
       collective), after the epoch's validation: the synced embeddings feed epoch
       :math:`j + 1`;
     * with ``log=True``: ``sync_interval`` (:math:`\\Delta t` in epochs used for the
-      decision) and ``encoded_fraction`` (the last value ``sync_embeddings`` returned,
-      0 before any sync) are logged at epoch level.
+      decision) is logged at epoch level. The fraction of nodes encoded is the module's
+      to log (:class:`~lightgraph.models.UniTGModule` logs ``encoded_fraction`` every
+      epoch, with or without this callback); the callback keeps the last value
+      ``sync_embeddings`` returned in :attr:`encoded_fraction`.
 
     :attr:`history` lists ``(epoch, interval, synced)`` for every epoch, across resumes.
     Checkpoints carry the schedule, so a resumed run continues the same trajectory; an
@@ -66,7 +72,7 @@ class ModalitySync(Callback):
         ladder: the interval fractions of :math:`J`, strictly decreasing in ``(0, 1]``.
         patience: consecutive falls of :math:`F_j` that step the ladder down.
         smoothing: :math:`\\lambda` of the running average loss (UniTG: 0.8).
-        log: log ``sync_interval`` and ``encoded_fraction`` every epoch.
+        log: log ``sync_interval`` every epoch.
     """
 
     def __init__(
@@ -162,19 +168,15 @@ class ModalitySync(Callback):
                 loss = cast(EmbeddingSyncTarget, pl_module).epoch_gnn_loss
             self._consume(trainer, pl_module, epoch, loss)
         if self.log_metrics:
-            for name, value in (
-                ("sync_interval", float(schedule.interval)),
-                ("encoded_fraction", float(self.encoded_fraction)),
-            ):
-                pl_module.log(
-                    name,
-                    value,
-                    on_step=False,
-                    on_epoch=True,
-                    reduce_fx="max",
-                    sync_dist=True,  # identical on every rank; avoids Lightning's warning
-                    batch_size=1,
-                )
+            pl_module.log(
+                "sync_interval",
+                float(schedule.interval),
+                on_step=False,
+                on_epoch=True,
+                reduce_fx="max",
+                sync_dist=True,  # identical on every rank; avoids Lightning's warning
+                batch_size=1,
+            )
 
     @override
     def on_save_checkpoint(

@@ -1,5 +1,8 @@
 """UniTG's Bubble Interleaver (thesis §5.3.4): language-model tuning in pipeline bubbles.
 
+The thesis is Zhang's (*Algorithm and System Co-design for Efficient and Scalable Graph
+Learning*, NTU 2026), ch. 5.
+
 A GNN trained with GPipe pipeline parallelism leaves every stage idle while it waits for
 the activations and gradients of the other stages. UniTG fills these bubbles with
 language-model (LM) fine-tuning on the same device, pausing and resuming the LM through
@@ -420,7 +423,8 @@ class BubbleInterleaver:
 
         Args:
             kind: what the stage computes (``FlowPipeline`` reports ``"forward"``,
-                ``"loss"`` and ``"backward"``); the label of the recorded GNN interval.
+                ``"loss"``, ``"backward"``, and ``"first_step"`` for a schedule's whole
+                first step); the label of the recorded GNN interval.
 
         Raises:
             ValueError: if ``kind`` is not a non-empty string.

@@ -1,5 +1,9 @@
 """UniTG's affinity-aware flow parallelism: a GPipe pipeline of GNN stages over graph
-microbatches (thesis §5.3.2), on :mod:`torch.distributed.pipelining`."""
+microbatches (thesis §5.3.2), on :mod:`torch.distributed.pipelining`.
+
+The thesis is Zhang's (*Algorithm and System Co-design for Efficient and Scalable Graph
+Learning*, NTU 2026), ch. 5.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from lightgraph.data.affinity import (
     default_num_microbatches,
 )
 from lightgraph.nn.models.pipeline_stages import (
+    pipeline_depth,
     reset_dropout,
     shared_dropouts,
     split_stages,
@@ -33,7 +38,7 @@ from lightgraph.utilities.random_state import check_rng_state, generator_state, 
 __all__ = ["COMPUTE_KINDS", "ComputeObserver", "FlowPipeline"]
 
 #: The ``kind`` values a :class:`ComputeObserver` receives.
-COMPUTE_KINDS: tuple[str, ...] = ("forward", "backward", "loss")
+COMPUTE_KINDS: tuple[str, ...] = ("forward", "backward", "loss", "first_step")
 
 _IGNORE = -100  # target of padding rows and of nodes outside the training mask
 
@@ -48,7 +53,14 @@ class ComputeObserver(Protocol):
     * ``"forward"``: the stage's forward pass of one microbatch;
     * ``"loss"``: the last stage's loss of one microbatch;
     * ``"backward"``: the stage's backward pass of one microbatch (and, on the first stage,
-      once more after the schedule: the gradient of ``x`` into whatever produced it).
+      once more after the schedule: the gradient of ``x`` into whatever produced it);
+    * ``"first_step"``: the whole first step of a pipeline schedule (the training one, and
+      the evaluation one of :meth:`FlowPipeline.forward_eval`) after :meth:`FlowPipeline.build`,
+      as one compute, instead of that step's ``"forward"``, ``"loss"`` and ``"backward"``:
+      torch's schedule initialises its stage in its first step, inside
+      ``torch.random.fork_rng``, which saves torch's default generator and restores it
+      afterwards; draws another thread made meanwhile would be undone (and drawn again).
+      Several processes only: one process runs no torch schedule.
 
     The point-to-point waits between them (the pipeline bubbles) are not bracketed.
     Calls never nest: every ``compute_begin(kind)`` is followed by ``compute_end(kind)``
@@ -163,7 +175,10 @@ class FlowPipeline:
     accelerator) is switched to this rank's stream and back. Work running between the
     computes -- a :class:`~lightgraph.distributed.BubbleInterleaver`'s LM jobs in the
     bubbles, parked while the stage computes -- keeps the default stream to itself, so
-    neither side's draws depend on how the two interleave in time. The stream is seeded,
+    neither side's draws depend on how the two interleave in time. Nor does the main
+    thread's own work between the computes touch the default generator, except torch's
+    stage initialisation in a schedule's first step (``fork_rng``), which is why that step
+    is reported to the observer as one ``"first_step"`` compute. The stream is seeded,
     at the first compute, from ``(torch.initial_seed(), rank)`` (``seed_everything``'s
     seed) and is part of :meth:`rng_state` (a
     :class:`~lightgraph.typing.RandomStateful`, saved per rank by
@@ -212,6 +227,10 @@ class FlowPipeline:
         self._runner: _StageRunner | None = None
         self._schedule: ScheduleGPipe | None = None
         self._eval_schedule: ScheduleGPipe | None = None
+        # Schedules that ran a step since the runtime was made (torch initialised their
+        # stage then), and whether a "first_step" compute is in progress.
+        self._started: list[ScheduleGPipe] = []
+        self._whole_step = False
         self._device = torch.device("cpu")
         self._dtype = torch.float32
         self._count = 1
@@ -327,6 +346,14 @@ class FlowPipeline:
                 f"{owner}: expected `num_microbatches` to be an integer in [1, {num_nodes}] "
                 f"(num_nodes = {num_nodes}) or None but got {m!r}."
             )
+        depth = pipeline_depth(model, owner)
+        if self._world > depth:
+            raise ValueError(
+                f"{owner}: the pipeline runs one stage per rank of `group`, and a stage needs "
+                f"at least one layer: expected a `group` of at most {depth} ranks (the "
+                f"{type(model).__name__} has {depth} layers) but got {self._world} ranks; use "
+                "fewer ranks or a deeper model."
+            )
         stages = split_stages(model, self._world)
         self.close()
         device, dtype = _device_dtype(model)
@@ -377,6 +404,7 @@ class FlowPipeline:
         self._runner = runner
         self._device, self._dtype = device, dtype
         self._schedule = self._eval_schedule = None
+        self._started = []
         if self._world == 1:
             return
         n = mb.n_max
@@ -478,8 +506,12 @@ class FlowPipeline:
         else:
             assert self._schedule is not None
             losses = [] if self.is_last else None
-            out = self._schedule.step(
-                *args, target=target, losses=losses, return_outputs=keep_logits and self.is_last
+            out = self._run_schedule(
+                self._schedule,
+                *args,
+                target=target,
+                losses=losses,
+                return_outputs=keep_logits and self.is_last,
             )
             logits = out if keep_logits and self.is_last else None
         if x_pad is not None and leaf is not None and leaf.grad is not None and x_pad.grad_fn:
@@ -579,7 +611,9 @@ class FlowPipeline:
                 out: Any = torch.cat(outputs)
             else:
                 assert self._eval_schedule is not None
-                out = self._eval_schedule.step(*args, return_outputs=self.is_last)
+                out = self._run_schedule(
+                    self._eval_schedule, *args, return_outputs=self.is_last
+                )
         runner.new_step()
         return mb.unpad(out) if self.is_last else None
 
@@ -731,9 +765,36 @@ class FlowPipeline:
         finally:
             self._observer = saved
 
+    def _run_schedule(self, schedule: ScheduleGPipe, *args: Any, **kwargs: Any) -> Any:
+        """``schedule.step(*args, **kwargs)``; its first step is one ``"first_step"`` compute.
+
+        torch initialises the stage in a schedule's first step (point-to-point warm-up,
+        buffers) inside ``torch.random.fork_rng``: torch's default generator is saved on
+        entry and restored on exit, on this thread, outside every stage compute. A bubble
+        interleaver's worker drawing from that generator meanwhile (the LM's dropout)
+        would have its draws undone and drawn again, by chance of thread timing. So the
+        observer sees the whole first step as one compute (its worker stays parked); the
+        step's own computes still draw from the stage stream.
+        """
+        if any(s is schedule for s in self._started):
+            return schedule.step(*args, **kwargs)
+        observer = self._observer
+        if observer is not None:
+            observer.compute_begin("first_step")
+        self._whole_step = True
+        try:
+            out = schedule.step(*args, **kwargs)
+        finally:
+            self._whole_step = False
+            if observer is not None:
+                observer.compute_end("first_step")
+        self._started.append(schedule)
+        return out
+
     @contextmanager
     def _compute(self, kind: str) -> Iterator[None]:
-        observer = self._observer
+        # Inside a "first_step" compute the observer already holds its bracket.
+        observer = None if self._whole_step else self._observer
         if observer is None:
             with self._stage_stream():
                 yield

@@ -1,4 +1,8 @@
-"""UniTG: a language model and a deep GNN trained together in one run (thesis ch. 5)."""
+"""UniTG: a language model and a deep GNN trained together in one run.
+
+UniTG is ch. 5 of Zhang's thesis (*Algorithm and System Co-design for Efficient and
+Scalable Graph Learning*, NTU 2026); section numbers below are the thesis's.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from lightgraph.nn.early_exit import (
     degree_groups,
     early_exit_loss,
 )
+from lightgraph.nn.models.pipeline_stages import pipeline_depth
 from lightgraph.utilities.checks import (
     check_bool,
     check_choice,
@@ -111,10 +116,13 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     epochs. ``lm=None`` trains the GNN alone on the node features (any deep GNN, single
     process or flow-parallel).
 
-    Logged (identical on every rank): ``train_loss`` (GNN), ``lm_loss``, ``val_loss``,
-    ``val_acc``, ``test_acc``, ``lm_time`` / ``gnn_time`` (seconds of the epoch, the
-    slowest rank), ``lm_time_total`` / ``gnn_time_total`` (since the start of the run),
-    ``encoded_fraction``.
+    Logged every epoch (identical on every rank): ``train_loss`` (GNN), ``lm_loss``,
+    ``val_loss``, ``val_acc``, ``test_acc``, ``lm_time`` / ``gnn_time`` (seconds of the
+    epoch, the slowest rank), ``lm_time_total`` / ``gnn_time_total`` (since the start of
+    the run), ``lm_bubble_time_total``, and with an LM ``encoded_fraction``: the fraction
+    of nodes whose GNN input is an LM embedding, at the end of the epoch (after a
+    :class:`~lightgraph.callbacks.ModalitySync` sync or the sequential schedule's
+    encoding), with or without ``ModalitySync``.
 
     Args:
         model: the GNN, ``model(x, edge_index) -> [N, num_classes]`` (e.g.
@@ -249,6 +257,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         trainer = self.trainer
         datamodule = trainer.datamodule
         owner = "UniTGModule"
+        self._check_pipeline_depth(owner)
         graph_fn = getattr(datamodule, "graph", None)
         if not callable(graph_fn):
             raise TypeError(
@@ -316,6 +325,31 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 f"{owner}: `bubble_interleave=True` needs pipeline bubbles: train with "
                 "`strategy=FlowParallelStrategy(...)` (or strategy='flow_parallel')."
             )
+
+    def _check_pipeline_depth(self, owner: str) -> None:
+        """Flow parallelism runs one GNN stage per process and a stage needs a layer: the
+        Trainer's ``devices`` (x ``num_nodes``) may not exceed the GNN's depth. Checked here,
+        in the terms the user set, before the pipeline splits the model."""
+        pipe = self.parallel_context.flow_pipeline
+        if pipe is None:
+            return
+        depth = pipeline_depth(self.model, owner)
+        if pipe.num_stages <= depth:
+            return
+        trainer = self.trainer
+        nodes = trainer.num_nodes
+        on_nodes = (
+            f" on num_nodes={nodes} ({pipe.num_stages} processes, one stage each)"
+            if nodes > 1
+            else " (one pipeline stage per device)"
+        )
+        raise ValueError(
+            f"{owner}: flow parallelism gives every process one stage of the GNN, and every "
+            f"stage needs at least one layer: expected the Trainer's `devices` to be at most "
+            f"{depth // nodes} (the {type(self.model).__name__} has {depth} layers) but got "
+            f"devices={trainer.num_devices}{on_nodes}. Lower `devices` or deepen the GNN "
+            "(`num_layers`)."
+        )
 
     def _allocate_store(self, num_nodes: int) -> None:
         """(Re)create the per-node buffers of the embedding store and the LM cache."""
@@ -643,6 +677,21 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self._lm_loss_count = 0
         self._lm_seconds = 0.0
         self._lm_bubble_seconds = 0.0
+
+    def on_train_epoch_end(self) -> None:
+        # After the callbacks' epoch end (Lightning calls the module's hook last), so after
+        # ModalitySync's sync: the store the next epoch trains on.
+        if self.lm is not None:
+            _, world = self._rank_world()
+            self.log(
+                "encoded_fraction",
+                self.encoded_fraction,
+                on_step=False,
+                on_epoch=True,
+                batch_size=1,
+                reduce_fx="max",
+                sync_dist=world > 1,  # identical on every rank
+            )
 
     def teardown(self, stage: str) -> None:
         if self.interleaver is not None:

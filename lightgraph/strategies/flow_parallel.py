@@ -1,4 +1,8 @@
-"""A strategy for UniTG's flow parallelism: GNN stages pipelined over affinity microbatches."""
+"""A strategy for UniTG's flow parallelism: GNN stages pipelined over affinity microbatches.
+
+UniTG is ch. 5 of M. Zhang's PhD thesis (*Algorithm and System Co-design for Efficient
+and Scalable Graph Learning*, NTU 2026); "the thesis" below means that one.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@ graph without the cut edges (loss, every gradient, an input projection's gradien
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from lightgraph.distributed import COMPUTE_KINDS, ComputeObserver, FlowPipeline, ParallelContext
+from lightgraph.distributed import (
+    COMPUTE_KINDS,
+    BubbleInterleaver,
+    ComputeObserver,
+    FlowPipeline,
+    ParallelContext,
+)
 from lightgraph.nn import GCN, ResGEN, RevGCN
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 from tests.distributed_helpers import run_distributed
@@ -127,6 +136,12 @@ def _train(rank: int, world: int, kind: str, num_microbatches: int, reorder: str
     stage_calls = len(calls)
     everywhere = pipe.broadcast_loss(loss)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    proj_grads = {n: p.grad.clone() for n, p in proj.named_parameters()} if pipe.is_first else None
+    # A second step: the schedule is initialised, the observer sees every compute.
+    recorder.events.clear()
+    x_in = proj(x) if pipe.is_first else None
+    pipe.step(x_in, y if pipe.is_last else None, train_mask if pipe.is_last else None)
+    later_events = list(recorder.events)
     stage_params = {id(p) for p in pipe.stage_parameters()}
     trained_here = {n for n, p in model.named_parameters() if id(p) in stage_params}
     model.eval()
@@ -136,13 +151,14 @@ def _train(rank: int, world: int, kind: str, num_microbatches: int, reorder: str
         "everywhere": everywhere,
         "grads": grads,
         "trained_here": trained_here,
-        "proj_grads": {n: p.grad for n, p in proj.named_parameters()} if pipe.is_first else None,
+        "proj_grads": proj_grads,
         "logits": logits,
         "last_logits": pipe.last_logits,
         "order": mb.order,
         "bounds": mb.bounds,
         "cut": mb.num_cut_edges,
         "events": events,
+        "later_events": later_events,
         "stage_calls": stage_calls,
         "threads": recorder.threads,
         "main": threading.get_ident(),
@@ -182,15 +198,20 @@ def _check_against_reference(results: list[dict[str, Any]], kind: str, world: in
     # mode here, no dropout).
     torch.testing.assert_close(last["logits"], ref["logits"], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(last["last_logits"], ref["logits"], rtol=1e-10, atol=1e-12)
-    # The observer: on the schedule's thread, never nested, M forwards then M backwards.
+    # The observer: on the schedule's thread, never nested. The schedule's first step is
+    # one compute (torch initialises the stage in it); later, M forwards then M backwards.
     for rank, r in enumerate(results):
         # Static shapes: no extra shape-inference forward pass in the first step.
         assert r["stage_calls"] == m
         assert r["threads"] == {r["main"]}
-        kinds = _computes(r["events"])
+        x_grad = ["backward"] if rank == 0 else []  # x's gradient, after the schedule
+        kinds = _computes(r["later_events"])
         expected = ["forward", "loss"] * m if rank == world - 1 else ["forward"] * m
-        expected += ["backward"] * m + (["backward"] if rank == 0 else [])  # + x's gradient
+        expected += ["backward"] * m + x_grad
         assert kinds == expected, (rank, kinds)
+        # One process runs no torch schedule: its first step is like the others.
+        first = ["first_step", *x_grad] if world > 1 else expected
+        assert _computes(r["events"]) == first, rank
 
 
 @pytest.mark.multiprocess
@@ -282,6 +303,75 @@ def test_each_microbatch_draws_its_own_dropout_mask() -> None:
     assert any(not torch.equal(a, b) for a, b in zip(first, second, strict=True))
 
 
+class _DefaultStreamJob:
+    """An LM-like worker job: draws from torch's default generator, then a pause point."""
+
+    def __init__(self, interleaver: BubbleInterleaver) -> None:
+        self.interleaver = interleaver
+        self.draws: list[Tensor] = []
+
+    def __call__(self) -> bool:
+        self.draws.append(torch.rand(3))
+        self.interleaver.pause_point()
+        time.sleep(0.001)
+        return True
+
+
+@contextlib.contextmanager
+def slow_fork_rng(*args: Any, **kwargs: Any) -> Iterator[None]:
+    """``torch.random.fork_rng`` that, while a bubble worker thread is alive, lingers until
+    some thread has drawn from the default generator (at most 0.5 s): what a slow main
+    thread inside the schedule's stage initialisation looks like to the worker."""
+    with _FORK_RNG(*args, **kwargs):
+        worker = any(t.name == "lightgraph-bubble-lm" for t in threading.enumerate())
+        entered = torch.get_rng_state()
+        deadline = time.monotonic() + 0.5
+        while worker and torch.equal(torch.get_rng_state(), entered):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.002)
+        yield
+
+
+_FORK_RNG = torch.random.fork_rng
+_SEED = 1234
+
+
+def _worker_draws(rank: int, world: int) -> dict[str, Any]:
+    edge_index, x, y, train_mask = _graph()
+    model, _ = _models("RevGCN", dropout=0.3)
+    pipe = FlowPipeline()
+    pipe.build(model, edge_index, NODES, num_microbatches=2)
+    interleaver = BubbleInterleaver()
+    job = _DefaultStreamJob(interleaver)
+    torch.random.fork_rng = slow_fork_rng  # a forked rank: nothing to restore
+    torch.manual_seed(_SEED + rank)
+    for _ in range(2):
+        interleaver.start(job)
+        pipe.step(x if pipe.is_first else None, y, train_mask, observer=interleaver)
+        interleaver.stop()
+    return {"draws": job.draws, "stream": pipe.rng_state()["generator"]}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_worker_draws_are_not_undone_by_the_schedules_first_step() -> None:
+    """torch's schedule initialises its stage in its first step inside
+    ``torch.random.fork_rng``, which saves torch's default generator and restores it on
+    exit. A bubble worker drawing meanwhile had its draws undone (the next draws repeated
+    them), so a run's LM dropout depended on thread timing. The worker's draws must be
+    the default generator's sequence, none repeated, however slow that initialisation."""
+    results = run_distributed(_worker_draws, 2, timeout=50)
+    for rank, r in enumerate(results):
+        draws = r["draws"]
+        assert draws, "the worker drew nothing"
+        reference = torch.Generator().manual_seed(_SEED + rank)
+        expected = [torch.rand(3, generator=reference) for _ in draws]
+        for i, (got, want) in enumerate(zip(draws, expected, strict=True)):
+            assert torch.equal(got, want), f"rank {rank}: draw {i} is not the generator's next"
+        assert r["stream"] is not None  # the stages drew from their own stream
+
+
 def _checkpoint(rank: int, world: int) -> dict[str, Any]:
     edge_index, x, y, train_mask = _graph()
     model, _ = _models("ResGEN", layers=4)
@@ -355,8 +445,9 @@ def _bad_build(rank: int, world: int) -> list[str]:
 @pytest.mark.timeout(60)
 def test_bad_builds_fail_on_every_rank() -> None:
     for messages in run_distributed(_bad_build, 2, timeout=50):
-        assert "split_stages: expected `num_stages` to be an integer in [1, 1]" in messages[0]
-        assert "got 2" in messages[0]
+        # Named in the runtime's terms (its process group), not split_stages' `num_stages`.
+        assert "expected a `group` of at most 1 ranks (the RevGCN has 1 layers)" in messages[0]
+        assert "got 2 ranks" in messages[0] and "num_stages" not in messages[0]
         assert f"`num_microbatches` to be an integer in [1, {NODES}]" in messages[1]
         assert messages[2] == "2"
 
@@ -404,13 +495,13 @@ def test_bad_arguments() -> None:
         pipe.step(x, y, train_mask.long())
     with pytest.raises(ValueError, match="selects no node"):
         pipe.step(x, y, torch.zeros_like(train_mask))
-    with pytest.raises(TypeError, match="split_stages: expected `model` to be one of"):
+    with pytest.raises(TypeError, match="FlowPipeline.build: expected `model` to be one of"):
         pipe.build(nn.Linear(3, 3), edge_index, NODES)
 
 
 def test_observer_protocol_and_kinds() -> None:
     assert isinstance(Recorder(), ComputeObserver)
-    assert COMPUTE_KINDS == ("forward", "backward", "loss")
+    assert COMPUTE_KINDS == ("forward", "backward", "loss", "first_step")
     edge_index, x, y, train_mask = _graph()
     model, _ = _models("ResGEN")
     pipe = FlowPipeline()

@@ -105,3 +105,29 @@ def test_flow_parallel_unitg_equals_one_process(tmp_path, bubble: bool) -> None:
         # LM work ran inside the bubbles on at least one stage.
         assert sum(r["jobs_done"] for r in records) > 0
         assert sum(r["bubble_seconds"] for r in records) > 0.0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_more_devices_than_gnn_layers_is_an_error_naming_devices(tmp_path) -> None:
+    """One GNN stage per process: ``devices`` above the GNN's depth is refused with the
+    Trainer argument the user set, not the stage splitter's ``num_stages``."""
+    gnn = RevGCN(16, 16, NUM_CLASSES, num_layers=2)
+    module = UniTGModule(gnn, NUM_CLASSES, lm=None, lr=0.01)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=3,
+        strategy=FlowParallelStrategy(start_method="fork"),
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    with pytest.raises(Exception) as info:  # noqa: PT011 - the launcher may wrap it
+        trainer.fit(module, _datamodule(tmp_path))
+    message = str(info.value)
+    assert "expected the Trainer's `devices` to be at most 2" in message, message
+    assert "RevGCN has 2 layers" in message and "got devices=3" in message, message
+    assert "num_stages" not in message, message

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import csv
+import glob
 import math
+import os
 
 import lightning.pytorch as pl
 import pytest
@@ -258,3 +261,46 @@ def test_resume_continues_the_uninterrupted_run(tmp_path) -> None:
     )
     for name, value in full.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[name], value, msg=name)
+
+
+def _logged(root) -> list[dict[str, str]]:
+    """The epoch-level rows of the CSV logger's ``metrics.csv`` under ``root``."""
+    (path,) = glob.glob(os.path.join(str(root), "**", "metrics.csv"), recursive=True)
+    with open(path) as f:
+        return [row for row in csv.DictReader(f) if row.get("epoch")]
+
+
+@pytest.mark.parametrize("recipe", ["lm_then_gnn.yaml", "unitg_single.yaml"])
+def test_recipes_log_encoded_fraction_every_epoch(tmp_path, recipe: str) -> None:
+    """The module logs ``encoded_fraction`` (its store's share of LM-encoded nodes) every
+    epoch, whether or not ``ModalitySync`` drives the syncs: the sequential baseline
+    (``lm_then_gnn.yaml``, no ModalitySync) encodes every node in its first epoch."""
+    from lightgraph.cli import build_cli
+
+    epochs = 3
+    cli = build_cli(
+        args=[
+            "--config",
+            os.path.join(os.path.dirname(__file__), "..", "..", "recipes", recipe),
+            "--data.init_args.dataset.init_args.graph.init_args.num_nodes=200",
+            "--model.init_args.model.init_args.num_layers=2",
+            "--model.init_args.lm_epochs=1",
+            f"--trainer.max_epochs={epochs}",
+            f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    cli.trainer.fit(cli.model, cli.datamodule)
+    n = int(cli.datamodule.graph().num_nodes)
+    fractions = {
+        int(row["epoch"]): float(row["encoded_fraction"])
+        for row in _logged(tmp_path / "logs")
+        if row.get("encoded_fraction")
+    }
+    assert sorted(fractions) == list(range(epochs))
+    if recipe == "lm_then_gnn.yaml":
+        assert fractions == dict.fromkeys(range(epochs), 1.0)  # every node, from epoch 0
+    # The last value is the store's: nodes encoded over all nodes, counted here.
+    assert fractions[epochs - 1] == int(cli.model.encoded.sum()) / n

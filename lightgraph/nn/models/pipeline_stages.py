@@ -27,6 +27,7 @@ from lightgraph.utilities.checks import check_choice, check_int, check_type
 
 __all__ = [
     "SUPPORTED_MODELS",
+    "pipeline_depth",
     "reset_dropout",
     "shared_dropouts",
     "split_stages",
@@ -213,6 +214,49 @@ class _BasicGNNStage(_Stage):
         return h
 
 
+def pipeline_depth(model: nn.Module, owner: str = "pipeline_depth") -> int:
+    """The number of layers ``L`` :func:`split_stages` cuts ``model`` into: the most
+    pipeline stages it can have.
+
+    Args:
+        model: a model :func:`split_stages` accepts.
+        owner: the name the errors start with (a caller checking its user's model passes
+            its own, e.g. ``"FlowPipeline.build"``).
+
+    Raises:
+        ValueError: for a ``BasicGNN`` with ``jk``.
+        TypeError: for a model :func:`split_stages` does not support.
+    """
+    return _stage_builder(owner, model)[1]
+
+
+def _stage_builder(owner: str, model: nn.Module) -> tuple[Callable[..., _Stage], int]:
+    """The stage class for ``model`` and its number of message-passing layers."""
+    check_type(owner, "model", model, nn.Module, hint=", ".join(SUPPORTED_MODELS))
+    builder: Callable[[Any, int, int, tuple[int, int]], _Stage]
+    if isinstance(model, _RevGNN):
+        builder = _RevStage
+        num_layers = model.num_layers
+    elif isinstance(model, ResGEN):
+        builder = _ResGENStage
+        num_layers = model.num_layers
+    elif isinstance(model, BasicGNN):
+        if model.jk_mode is not None:
+            raise ValueError(
+                f"{owner}: a {type(model).__name__} with jumping knowledge (jk={model.jk_mode!r}) "
+                f"reads every layer's output in its head and cannot be cut into stages; build it "
+                f"with jk=None."
+            )
+        builder = _BasicGNNStage
+        num_layers = model.num_layers
+    else:
+        raise TypeError(
+            f"{owner}: expected `model` to be one of {SUPPORTED_MODELS} but got "
+            f"{type(model).__name__}."
+        )
+    return builder, int(num_layers)
+
+
 def split_stages(model: nn.Module, num_stages: int) -> list[nn.Module]:
     """Cut ``model`` into ``num_stages`` pipeline stages of consecutive layers.
 
@@ -257,28 +301,7 @@ def split_stages(model: nn.Module, num_stages: int) -> list[nn.Module]:
         [(0, 3), (3, 5)]
     """
     owner = "split_stages"
-    check_type(owner, "model", model, nn.Module, hint=", ".join(SUPPORTED_MODELS))
-    builder: Callable[[Any, int, int, tuple[int, int]], _Stage]
-    if isinstance(model, _RevGNN):
-        builder = _RevStage
-        num_layers = model.num_layers
-    elif isinstance(model, ResGEN):
-        builder = _ResGENStage
-        num_layers = model.num_layers
-    elif isinstance(model, BasicGNN):
-        if model.jk_mode is not None:
-            raise ValueError(
-                f"{owner}: a {type(model).__name__} with jumping knowledge (jk={model.jk_mode!r}) "
-                f"reads every layer's output in its head and cannot be cut into stages; build it "
-                f"with jk=None."
-            )
-        builder = _BasicGNNStage
-        num_layers = model.num_layers
-    else:
-        raise TypeError(
-            f"{owner}: expected `model` to be one of {SUPPORTED_MODELS} but got "
-            f"{type(model).__name__}."
-        )
+    builder, num_layers = _stage_builder(owner, model)
     if (
         not isinstance(num_stages, int)
         or isinstance(num_stages, bool)

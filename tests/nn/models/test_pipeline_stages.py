@@ -11,6 +11,7 @@ from torch_geometric.utils import erdos_renyi_graph
 
 from lightgraph.nn import GAT, GCN, MLP, GraphSAGE, JKNet, ResGEN, RevGAT, RevGCN
 from lightgraph.nn.models.pipeline_stages import (
+    pipeline_depth,
     reset_dropout,
     shared_dropouts,
     split_stages,
@@ -195,3 +196,17 @@ def test_unsupported_models_are_named() -> None:
         split_stages("RevGCN", 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="jumping knowledge"):
         split_stages(JKNet(IN, OUT, hidden_channels=HIDDEN, num_layers=3), 2)
+
+
+def test_pipeline_depth_is_the_most_stages_split_stages_accepts() -> None:
+    for model in (
+        _deep("RevGCN", dropout=0.0),
+        ResGEN(IN, HIDDEN, OUT, num_layers=3),
+        GCN(IN, OUT, hidden_channels=HIDDEN, num_layers=4),
+    ):
+        depth = pipeline_depth(model)
+        assert depth == len(split_stages(model, depth))  # one layer per stage
+        with pytest.raises(ValueError, match="`num_stages`"):
+            split_stages(model, depth + 1)
+    with pytest.raises(TypeError, match="pipeline_depth: expected `model` to be one of"):
+        pipeline_depth(MLP(IN, OUT, hidden_channels=HIDDEN, num_layers=3))
