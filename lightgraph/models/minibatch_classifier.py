@@ -13,7 +13,8 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
 
 from lightgraph.data.full_graph_batch import FullGraphBatch
-from lightgraph.nn.history import HistoricalEmbeddings, history_forward
+from lightgraph.nn.destination import destination_forward
+from lightgraph.nn.history import HistoricalEmbeddings
 from lightgraph.nn.layerwise import layerwise_inference
 from lightgraph.utilities.checks import check_bool, check_non_negative, check_positive
 from lightgraph.utilities.timing import Stopwatch
@@ -46,9 +47,15 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         multilabel: multi-label targets (binary cross-entropy, micro-F1).
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
-        trim: pass ``num_sampled_nodes_per_hop``/``num_sampled_edges_per_hop`` to PyG
-            ``BasicGNN`` models so each layer only computes what the next one needs (same
-            outputs for the seeds, less work).
+        trim: destination-only layers when a batch has per-hop counts
+            (``num_sampled_nodes``/``num_sampled_edges``): for PyG ``BasicGNN`` models
+            (``jk`` ``None`` or ``"last"``) each layer computes only the rows the next
+            one reads (:func:`~lightgraph.nn.destination.destination_forward`: bipartite
+            message passing, layer ``l`` of ``L`` outputs hops ``0..L-1-l``); other
+            ``BasicGNN`` models get PyG's trimming. Same seed outputs and gradients, less
+            work; in training mode batch-statistics norms and dropout masks cover the
+            destination rows only. ``False``: every layer runs over the whole sampled
+            subgraph.
         inference_chunk_size: destination nodes per chunk of layer-wise inference.
         refresh_history: with historical embeddings (PBS), exact validation over the whole
             graph also writes every node's hidden-layer outputs into the history tables
@@ -97,34 +104,45 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         return MulticlassAccuracy(num_classes=num_classes, average="micro")
 
     # ------------------------------------------------------------------------ forward
-    def _trims(self) -> bool:
-        return bool(self.hparams.trim) and hasattr(self.model, "_trim")
+    def _layered(self) -> bool:
+        # A PyG BasicGNN whose layers can run one at a time (jk None or "last").
+        model = self.model
+        return hasattr(model, "_trim") and getattr(model, "jk_mode", None) in (None, "last")
 
     def model_step(self, batch: Data) -> tuple[Tensor, list[Tensor]]:
         """Run the GNN over ``batch``: ``(out, hidden)`` in the batch's row layout.
 
-        ``out`` holds the model's output rows (the first ``batch_size`` are the seeds'
-        logits). A batch that carries historical embeddings (``halo_index``/``hist``, see
-        :class:`~lightgraph.data.MultistageDataModule` with ``first_stage="pbs"``) runs
-        :func:`lightgraph.nn.history.history_forward`: halo rows of every hidden layer are
-        replaced by their pulled history and ``hidden[l]`` is the output of hidden layer
-        ``l`` (what is pushed back); otherwise ``hidden`` is empty.
+        ``out`` holds the model's output rows, the seeds' logits first. For a PyG
+        ``BasicGNN`` (``jk`` ``None`` or ``"last"``) and a batch with per-hop counts
+        (``num_sampled_nodes``/``num_sampled_edges``), with ``trim=True`` it runs
+        :func:`lightgraph.nn.destination.destination_forward`: every layer computes only
+        the rows the next one reads, and ``out`` holds the seeds' rows only. A batch that
+        carries historical embeddings (``halo_index``/``hist``, see
+        :class:`~lightgraph.data.MultistageDataModule` with ``first_stage="pbs"``) goes
+        through the same function: halo rows of every hidden layer are replaced by their
+        pulled history and ``hidden[l]`` is the output of hidden layer ``l`` (what is
+        pushed back); otherwise ``hidden`` is empty. Other models run as
+        ``model(x, edge_index)`` (PyG ``BasicGNN``s with another ``jk`` mode with PyG's
+        trimming).
         """
         nodes_per_hop = getattr(batch, "num_sampled_nodes", None)
         edges_per_hop = getattr(batch, "num_sampled_edges", None)
-        trims = self._trims() and nodes_per_hop is not None and edges_per_hop is not None
-        if getattr(batch, "halo_index", None) is not None:
-            return history_forward(
+        counts = (
+            bool(self.hparams.trim) and nodes_per_hop is not None and edges_per_hop is not None
+        )
+        halo_index = getattr(batch, "halo_index", None)
+        if halo_index is not None or (counts and self._layered()):
+            return destination_forward(
                 self.model,
                 batch.x,
                 batch.edge_index,
-                list(nodes_per_hop) if trims else None,
-                list(edges_per_hop) if trims else None,
-                list(batch.halo_index),
-                list(batch.hist),
+                list(nodes_per_hop) if counts else None,
+                list(edges_per_hop) if counts else None,
+                None if halo_index is None else list(halo_index),
+                None if halo_index is None else list(batch.hist),
             )
         kwargs: dict[str, Any] = {}
-        if trims:
+        if counts and hasattr(self.model, "_trim"):
             kwargs["num_sampled_nodes_per_hop"] = list(nodes_per_hop)
             kwargs["num_sampled_edges_per_hop"] = list(edges_per_hop)
         return self.model(batch.x, batch.edge_index, **kwargs), []

@@ -11,7 +11,8 @@ from lightgraph.nn.early_exit import (
     early_exit_loss,
     exit_layers,
 )
-from lightgraph.nn.history import HistoricalEmbeddings, history_forward
+from lightgraph.nn.destination import conv_to_destinations, destination_forward
+from lightgraph.nn.history import HistoricalEmbeddings
 from lightgraph.nn.lm_encoder import LMEncoder
 from lightgraph.nn.models.basic_gnn import BasicGNN
 from lightgraph.nn.models.dagnn import DAGNN
@@ -63,7 +64,8 @@ __all__ = [
     "early_exit_loss",
     "exit_layers",
     "HistoricalEmbeddings",
-    "history_forward",
+    "conv_to_destinations",
+    "destination_forward",
     "get_order",
     "profile_layer_orders",
     "set_order",

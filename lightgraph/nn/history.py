@@ -20,15 +20,16 @@ embeddings of the initial model first (GNNAutoScale's warm-up fill).
 * :class:`HistoricalEmbeddings` is the table: :meth:`~HistoricalEmbeddings.pull` rows
   (node ids of the graph) of one layer, :meth:`~HistoricalEmbeddings.push` fresh rows
   back, :meth:`~HistoricalEmbeddings.fill` all layers exactly.
-* :func:`history_forward` runs a PyG ``BasicGNN`` over a mini-batch exactly as
-  ``BasicGNN.forward`` does, but splices the pulled history into the halo rows of every
-  hidden layer's output.
+* :func:`~lightgraph.nn.destination.destination_forward` (with ``halo_index`` and
+  ``hist``) runs a PyG ``BasicGNN`` over a mini-batch as ``BasicGNN.forward`` does, each
+  layer on its destination rows only, and splices the pulled history into the halo rows
+  of every hidden layer's output.
 
-Row layout with trimming (``num_sampled_nodes`` given, nodes and edges ordered by hop):
-the output of layer ``l`` holds the rows of hops ``0..L-l``; ``halo_index[l]`` are the
-halo positions among hops ``0..L-1-l`` (the rows layer ``l + 1`` reads); the caller
-pushes, for layer ``l``, the non-halo rows among the same hops ``0..L-1-l`` (their outputs
-saw their whole sampled neighbourhood; hop ``L-l`` rows lost their in-edges to trimming).
+Row layout with per-hop counts (``num_sampled_nodes`` given, nodes and edges ordered by
+hop): the output of layer ``l`` holds the rows of hops ``0..L-1-l`` (the rows layer
+``l + 1`` reads); ``halo_index[l]`` are the halo positions among them; the caller pushes,
+for layer ``l``, the non-halo rows among the same hops (their outputs saw their whole
+sampled neighbourhood).
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightgraph.nn.layerwise import check_layered_gnn, layerwise_inference
+from lightgraph.nn.destination import check_layered_gnn
+from lightgraph.nn.layerwise import layerwise_inference
 from lightgraph.utilities.checks import check_int, check_type
 
-__all__ = ["HistoricalEmbeddings", "history_forward"]
+__all__ = ["HistoricalEmbeddings"]
 
 
 def _check_ids(owner: str, name: str, ids: Any, num_nodes: int) -> Tensor:
@@ -269,109 +270,3 @@ class HistoricalEmbeddings:
             tables.append(t.detach().to(device=self.device, dtype=self.dtype, copy=True))
         self.tables = tables
         self.filled = bool(state["filled"])
-
-
-def _trim(model: nn.Module, layer: int, nodes: list[int], edges: list[int], x: Tensor, ei: Tensor):
-    trim = getattr(model, "_trim", None)
-    if trim is not None:
-        x, ei, _ = trim(layer, nodes, edges, x, ei, None)
-        return x, ei
-    from torch_geometric.utils import trim_to_layer
-
-    x, ei, _ = trim_to_layer(layer, nodes, edges, x, ei)
-    return x, ei
-
-
-def history_forward(
-    model: nn.Module,
-    x: Tensor,
-    edge_index: Tensor,
-    num_sampled_nodes: list[int] | None,
-    num_sampled_edges: list[int] | None,
-    halo_index: list[Tensor],
-    hist: list[Tensor],
-) -> tuple[Tensor, list[Tensor]]:
-    """``BasicGNN.forward`` with historical embeddings spliced into the halo rows.
-
-    Runs ``model`` layer by layer exactly as PyG's ``BasicGNN.forward`` does (trimming
-    to the layer when the per-hop counts are given; activation, norm and dropout in the
-    same order), except that after hidden layer ``l`` (``l = 0..L-2``) has produced its
-    output and its norm and activation are applied, *before* dropout, the rows
-    ``halo_index[l]`` are replaced (out of place) by ``hist[l]``, which are constants
-    (no gradient flows into them). All shapes are static, so the function traces under
-    ``torch.compile``.
-
-    Args:
-        model: a PyG ``BasicGNN`` (``convs``, ``norms``, ``act``, ``act_first``,
-            ``dropout``, optional ``lin``) with ``jk`` ``None`` or ``"last"``. Convs are
-            called as ``conv(x, edge_index)`` (no edge weights or features).
-        x: input features of the sampled nodes (ordered by hop with trimming).
-        edge_index: ``[2, E]`` local edges, messages ``edge_index[0] -> edge_index[1]``.
-        num_sampled_nodes: nodes per hop (``L + 1`` entries) to trim, or ``None``.
-        num_sampled_edges: edges per hop (``L`` entries) to trim, or ``None``.
-        halo_index: ``L - 1`` integer tensors, local rows of the halo nodes in the output
-            of hidden layer ``l`` (with trimming: among hops ``0..L-1-l``).
-        hist: ``L - 1`` tensors ``[len(halo_index[l]), d_l]``, the history of those rows.
-
-    Returns:
-        ``(out, hidden)``: ``out`` as ``BasicGNN.forward`` returns it (the first
-        ``batch_size`` rows are the seeds'), ``hidden[l]`` the output of hidden layer
-        ``l`` after the splice and before dropout.
-    """
-    owner = "history_forward"
-    jk_mode = check_layered_gnn(owner, model, "hidden layers are spliced one at a time")
-    convs, norms = model.convs, model.norms
-    num_layers = len(convs)
-    if (num_sampled_nodes is None) != (num_sampled_edges is None):
-        raise ValueError(
-            f"{owner}: expected `num_sampled_nodes` and `num_sampled_edges` to be both given "
-            f"(trimming) or both None but got num_sampled_nodes={num_sampled_nodes!r}, "
-            f"num_sampled_edges={num_sampled_edges!r}."
-        )
-    for name, value in (("halo_index", halo_index), ("hist", hist)):
-        if not isinstance(value, (list, tuple)) or len(value) != num_layers - 1:
-            got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
-            raise ValueError(
-                f"{owner}: expected `{name}` to be a list with one tensor per hidden layer "
-                f"({num_layers - 1}) but got {got}."
-            )
-    for i, (idx, h) in enumerate(zip(halo_index, hist, strict=True)):
-        if idx.dim() != 1 or h.dim() != 2 or h.size(0) != idx.size(0):
-            raise ValueError(
-                f"{owner}: expected `hist[{i}]` to be [len(halo_index[{i}]), d] = "
-                f"[{idx.size(0)}, d] with 1-D `halo_index[{i}]` but got hist shape "
-                f"{tuple(h.shape)} and halo_index shape {tuple(idx.shape)}."
-            )
-
-    act = getattr(model, "act", None)
-    act_first = bool(getattr(model, "act_first", False))
-    dropout = getattr(model, "dropout", None)
-    hidden: list[Tensor] = []
-    for i, (conv, norm) in enumerate(zip(convs, norms, strict=True)):
-        if num_sampled_nodes is not None and num_sampled_edges is not None:
-            x, edge_index = _trim(model, i, num_sampled_nodes, num_sampled_edges, x, edge_index)
-        x = conv(x, edge_index)
-        if i < num_layers - 1 or jk_mode is not None:
-            if act is not None and act_first:
-                x = act(x)
-            x = norm(x)
-            if act is not None and not act_first:
-                x = act(x)
-            if i < num_layers - 1:
-                rows = halo_index[i].to(device=x.device, dtype=torch.long)
-                values = hist[i].detach().to(device=x.device, dtype=x.dtype)
-                if values.size(1) != x.size(1):
-                    raise ValueError(
-                        f"{owner}: expected `hist[{i}]` to have the width of hidden layer {i} "
-                        f"({x.size(1)}) but got {values.size(1)} columns."
-                    )
-                x = x.index_copy(0, rows, values)
-                hidden.append(x)
-            if isinstance(dropout, nn.Module):
-                x = dropout(x)
-            elif isinstance(dropout, float) and dropout > 0:
-                x = F.dropout(x, p=dropout, training=model.training)
-    lin = getattr(model, "lin", None)
-    if lin is not None:
-        x = lin(x)
-    return x, hidden

@@ -7,7 +7,9 @@ nodes, each chunk with its *whole* 1-hop in-neighbourhood (what PyG's
 :func:`layerwise_inference` does the latter straight from a CSC adjacency (``indptr``,
 ``indices``), which may be memory-mapped: a chunk of destinations ``[a, b)`` reads the
 contiguous slice ``indices[indptr[a]:indptr[b]]``, so a pass over the graph is one
-sequential read of the structure per layer.
+sequential read of the structure per layer. Each chunk's layer computes only the
+chunk's destination rows (:func:`~lightgraph.nn.destination.conv_to_destinations`:
+bipartite message passing, GCN's normalised propagation into the destinations).
 
 Exactness: for mean/sum/max aggregations (GraphSAGE, GIN, GAT's attention over the
 full neighbourhood) the result equals the full-graph forward pass. GCN's symmetric
@@ -22,6 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from lightgraph.nn.destination import check_layered_gnn, conv_to_destinations
 from lightgraph.utilities.checks import check_int
 
 
@@ -42,28 +45,6 @@ def _chunk_subgraph(
     nodes = torch.cat([dst, others])
     edge_index = torch.stack([scratch[src], dst_local])
     return nodes, edge_index
-
-
-def check_layered_gnn(owner: str, model: nn.Module, why: str) -> str | None:
-    """Check that ``model`` is a PyG ``BasicGNN`` run one layer at a time; return its jk mode.
-
-    Raises:
-        TypeError: without ``convs`` and ``norms``.
-        ValueError: with a jumping-knowledge mode other than ``None`` or ``"last"`` (``why``
-            says why the caller cannot combine layers).
-    """
-    if getattr(model, "convs", None) is None or getattr(model, "norms", None) is None:
-        raise TypeError(
-            f"{owner}: expected `model` to be a torch_geometric BasicGNN (GraphSAGE, GAT, GCN, "
-            f"GIN, ...) with `convs` and `norms` but got {type(model).__name__}."
-        )
-    jk_mode = getattr(model, "jk_mode", None)
-    if jk_mode not in (None, "last"):
-        raise ValueError(
-            f"{owner}: expected a model with jk in (None, 'last') ({why}) but got "
-            f"jk={jk_mode!r}."
-        )
-    return jk_mode
 
 
 @torch.no_grad()
@@ -131,7 +112,7 @@ def layerwise_inference(
                 stop = min(start + chunk_size, num_nodes)
                 nodes, edge_index = _chunk_subgraph(indptr, indices, start, stop, scratch)
                 h = current[nodes].to(device=device, dtype=torch.float32)
-                h = conv(h, edge_index.to(device))[: stop - start]
+                h = conv_to_destinations(conv, h, edge_index.to(device), stop - start)
                 if not last or jk_mode is not None:
                     if model.act is not None and model.act_first:
                         h = model.act(h)

@@ -55,7 +55,7 @@ def _module(trim: bool = True) -> MiniBatchNodeClassifier:
 @pytest.fixture(scope="module")
 def compiled(graph):
     """A module and a GraphCompile warmed up on plain and history batches (the history
-    ones run :func:`lightgraph.nn.history.history_forward`), compiled."""
+    ones run :func:`lightgraph.nn.destination.destination_forward`), compiled."""
     module = _module().train()
     cb = GraphCompile(num_buckets=2, round_to=8, margin=0.1, backend="aot_eager")
     module.model_runner = cb.run

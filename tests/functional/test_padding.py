@@ -169,7 +169,7 @@ def test_history_lists_are_remapped_and_padded():
 
 
 def _history_forward(model, x, edge_index, nodes, edges, halo_index, hist):
-    # Reference semantics of lightgraph.nn.history.history_forward for a BasicGNN: rows
+    # The history splice of lightgraph.nn.destination_forward for a BasicGNN: rows
     # halo_index[l] of hidden layer l's output are replaced by hist[l].
     hidden = []
     for i, conv in enumerate(model.convs):

@@ -66,6 +66,39 @@ def test_trimming_gives_the_same_seed_logits():
     assert trimmed.shape == (50, DATASET.num_classes)
 
 
+def test_model_step_computes_only_each_layers_destination_rows():
+    """Layer l of L outputs hops 0..L-1-l only; the step's logits and gradients equal the
+    untrimmed forward over the whole sampled subgraph."""
+    data = DATASET.load()
+    indptr, indices = to_csc(data.edge_index, data.num_nodes)
+    from lightgraph.data import sample_minibatch
+
+    batch = sample_minibatch(indptr, indices, data.x, data.y, torch.arange(50), [5, 5])
+    module = _model().double()
+    batch.x = batch.x.double()
+    rows: list[int] = []
+    handles = [
+        conv.register_propagate_forward_hook(lambda m, i, o: rows.append(o.size(0)))
+        for conv in module.model.convs
+    ]
+    out, hidden = module.model_step(batch)
+    nph = list(batch.num_sampled_nodes)
+    assert rows == [nph[0] + nph[1], nph[0]] and out.shape == (50, DATASET.num_classes)
+    assert hidden == []
+    for h in handles:
+        h.remove()
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    module.hparams.trim = False
+    full, _ = module.model_step(batch)
+    assert full.size(0) == batch.num_nodes
+    full[:50].square().sum().backward()
+    torch.testing.assert_close(out, full[:50])
+    for got, want in zip(grads, [p.grad for p in module.parameters()], strict=True):
+        torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("kind", ["macro", "ns"])
 def test_training_learns_beyond_chance(tmp_path, kind):
     if kind == "macro":

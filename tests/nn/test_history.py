@@ -8,7 +8,8 @@ from torch import Tensor
 from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 
 from lightgraph.functional.neighbor_sampling import to_csc
-from lightgraph.nn.history import HistoricalEmbeddings, history_forward
+from lightgraph.nn.destination import destination_forward
+from lightgraph.nn.history import HistoricalEmbeddings
 
 # Two partitions of 8 nodes: A = 0..7, B = 8..15; each a ring with chords, 4 cut edges.
 PART_A = list(range(8))
@@ -203,7 +204,7 @@ def test_state_dict_round_trip_and_mismatch():
         HistoricalEmbeddings(NUM_NODES).load_state_dict({"tables": []})
 
 
-# ----------------------------------------------------------------- history_forward
+# ------------------------------------------------- destination_forward with history
 SEEDS = [1, 3]  # every seed has a halo in-neighbour
 
 
@@ -228,14 +229,14 @@ def _setup(cls, kwargs, num_layers=3):
     ],
 )
 @pytest.mark.parametrize("trim", [False, True])
-def test_history_forward_with_exact_history_equals_full_graph(cls, kwargs, trim):
+def test_history_splice_with_exact_history_equals_full_graph(cls, kwargs, trim):
     L = 3
     x, model, exact, full_out, nodes, local, nph, eph, is_halo = _setup(cls, kwargs, L)
     halo_index = _halo_index(is_halo, nph, L)
     hist = [exact[layer][nodes[idx]] for layer, idx in enumerate(halo_index)]
     args = (nph, eph) if trim else (None, None)
     with torch.no_grad():
-        out, hidden = history_forward(model, x[nodes], local, *args, halo_index, hist)
+        out, hidden = destination_forward(model, x[nodes], local, *args, halo_index, hist)
         plain = model(
             x[nodes],
             local,
@@ -245,13 +246,13 @@ def test_history_forward_with_exact_history_equals_full_graph(cls, kwargs, trim)
         )
     n = len(SEEDS)
     torch.testing.assert_close(out[:n], full_out[SEEDS], atol=1e-5, rtol=1e-5)
-    assert out.shape[0] == (sum(nph[:2]) if trim else len(nodes))
+    assert out.shape[0] == (n if trim else len(nodes))
     # Without the splice, the sample alone gets the seeds wrong (halo nodes are leaves).
     assert not torch.allclose(plain[:n], full_out[SEEDS], atol=1e-3)
     assert len(hidden) == L - 1
     for layer, h in enumerate(hidden):
         rows = sum(nph[: L - layer])  # hops 0..L-1-l: computed from full neighbourhoods
-        assert h.shape[0] == (sum(nph[: L + 1 - layer]) if trim else len(nodes))
+        assert h.shape[0] == (rows if trim else len(nodes))
         inner = torch.nonzero(~is_halo[:rows]).flatten()
         torch.testing.assert_close(h[inner], exact[layer][nodes[inner]], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(h[halo_index[layer]], hist[layer])
@@ -261,11 +262,11 @@ def test_history_forward_with_exact_history_equals_full_graph(cls, kwargs, trim)
         wrong = [h.clone() for h in hist]
         wrong[layer].zero_()
         with torch.no_grad():
-            bad, _ = history_forward(model, x[nodes], local, *args, halo_index, wrong)
+            bad, _ = destination_forward(model, x[nodes], local, *args, halo_index, wrong)
         assert not torch.allclose(bad[:n], full_out[SEEDS], atol=1e-3)
 
 
-def test_history_forward_gradients_reach_parameters_not_history():
+def test_history_splice_gradients_reach_parameters_not_history():
     L = 3
     x, model, exact, _, nodes, local, nph, eph, is_halo = _setup(GraphSAGE, {"dropout": 0.5}, L)
     halo_index = _halo_index(is_halo, nph, L)
@@ -273,7 +274,7 @@ def test_history_forward_gradients_reach_parameters_not_history():
         exact[layer][nodes[idx]].clone().requires_grad_() for layer, idx in enumerate(halo_index)
     ]
     model.train()
-    out, hidden = history_forward(model, x[nodes], local, nph, eph, halo_index, hist)
+    out, hidden = destination_forward(model, x[nodes], local, nph, eph, halo_index, hist)
     assert all(h.requires_grad for h in hidden)
     out[: len(SEEDS)].sum().backward()
     assert all(h.grad is None for h in hist)
@@ -281,46 +282,49 @@ def test_history_forward_gradients_reach_parameters_not_history():
     assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
 
 
-def test_history_forward_matches_basic_gnn_without_halo():
-    """No halo rows: identical to BasicGNN.forward (also in train mode, same dropout)."""
+def test_history_splice_matches_basic_gnn_without_halo():
+    """No halo rows: BasicGNN.forward's seeds (trimmed), and without per-hop counts its
+    every row, also in train mode with the same dropout masks."""
     L = 2
     x, model, _, _, nodes, local, nph, eph, _ = _setup(GraphSAGE, {"dropout": 0.5}, L)
-    model.train()
     empty = [torch.empty(0, dtype=torch.long)]
-    torch.manual_seed(1)
-    out, hidden = history_forward(model, x[nodes], local, nph, eph, empty, [torch.empty(0, 8)])
-    torch.manual_seed(1)
+    out, hidden = destination_forward(model, x[nodes], local, nph, eph, empty, [torch.empty(0, 8)])
     ref = model(x[nodes], local, num_sampled_nodes_per_hop=nph, num_sampled_edges_per_hop=eph)
-    torch.testing.assert_close(out, ref)
-    assert len(hidden) == 1
+    torch.testing.assert_close(out, ref[: nph[0]])
+    assert len(hidden) == 1 and hidden[0].size(0) == nph[0] + nph[1]
+    model.train()
+    torch.manual_seed(1)
+    out, _ = destination_forward(model, x[nodes], local, None, None, empty, [torch.empty(0, 8)])
+    torch.manual_seed(1)
+    torch.testing.assert_close(out, model(x[nodes], local))
 
 
-def test_history_forward_rejects_bad_arguments():
+def test_history_splice_rejects_bad_arguments():
     x, edge_index = _graph()
     model = _model(GraphSAGE)
     idx, h = [torch.tensor([0]), torch.tensor([1])], [torch.zeros(1, 8), torch.zeros(1, 8)]
     with pytest.raises(ValueError, match="jk"):
-        history_forward(_model(GraphSAGE, jk="cat"), x, edge_index, None, None, idx, h)
+        destination_forward(_model(GraphSAGE, jk="cat"), x, edge_index, None, None, idx, h)
     with pytest.raises(TypeError, match="BasicGNN"):
-        history_forward(torch.nn.Linear(5, 3), x, edge_index, None, None, idx, h)
+        destination_forward(torch.nn.Linear(5, 3), x, edge_index, None, None, idx, h)
     with pytest.raises(ValueError, match="`halo_index`.*\\(2\\) but got 1"):
-        history_forward(model, x, edge_index, None, None, idx[:1], h)
+        destination_forward(model, x, edge_index, None, None, idx[:1], h)
     with pytest.raises(ValueError, match=r"`hist\[1\]`.*\[1, d\]"):
-        history_forward(model, x, edge_index, None, None, idx, [h[0], torch.zeros(2, 8)])
+        destination_forward(model, x, edge_index, None, None, idx, [h[0], torch.zeros(2, 8)])
     with pytest.raises(ValueError, match=r"`hist\[0\]`.*width"):
-        history_forward(model, x, edge_index, None, None, idx, [torch.zeros(1, 4), h[1]])
+        destination_forward(model, x, edge_index, None, None, idx, [torch.zeros(1, 4), h[1]])
     with pytest.raises(ValueError, match="both given"):
-        history_forward(model, x, edge_index, [1, 2, 3, 4], None, idx, h)
+        destination_forward(model, x, edge_index, [1, 2, 3, 4], None, idx, h)
 
 
-def test_history_forward_compiles_to_one_graph():
+def test_history_splice_compiles_to_one_graph():
     """Static shapes only: dynamo captures the whole forward (no graph break)."""
     torch._dynamo.reset()
     L = 3
     x, model, exact, full_out, nodes, local, nph, eph, is_halo = _setup(GraphSAGE, {}, L)
     halo_index = _halo_index(is_halo, nph, L)
     hist = [exact[layer][nodes[idx]] for layer, idx in enumerate(halo_index)]
-    compiled = torch.compile(history_forward, backend="eager", fullgraph=True, dynamic=False)
+    compiled = torch.compile(destination_forward, backend="eager", fullgraph=True, dynamic=False)
     with torch.no_grad():
         out, _ = compiled(model, x[nodes], local, nph, eph, halo_index, hist)
     torch.testing.assert_close(out[: len(SEEDS)], full_out[SEEDS], atol=1e-5, rtol=1e-5)

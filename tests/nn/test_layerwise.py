@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch_geometric.nn.models import GAT, GraphSAGE
+from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 from torch_geometric.utils import to_undirected
 
 from lightgraph.functional.neighbor_sampling import to_csc
@@ -27,6 +27,49 @@ def test_layerwise_equals_full_graph_forward(cls, chunk_size):
     expected = model(x, edge_index)
     indptr, indices = to_csc(edge_index, x.size(0))
     out = layerwise_inference(model, indptr, indices, x, chunk_size=chunk_size)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def _chunked_square_reference(model, x, edge_index, chunk_size):
+    """Every chunk's destinations from the square graph of the chunk (destinations plus
+    their in-neighbours, only the edges into the destinations), layer by layer."""
+    n = x.size(0)
+    h = x
+    for i, conv in enumerate(model.convs):
+        out = []
+        for start in range(0, n, chunk_size):
+            dst = list(range(start, min(start + chunk_size, n)))
+            keep = (edge_index[1] >= start) & (edge_index[1] < start + len(dst))
+            src, tgt = edge_index[:, keep]
+            others = sorted(set(src.tolist()) - set(dst))
+            pos = {v: k for k, v in enumerate(dst + others)}
+            local = torch.tensor([[pos[int(u)] for u in src], [pos[int(v)] for v in tgt]])
+            out.append(conv(h[dst + others], local.view(2, -1))[: len(dst)])
+        h = torch.cat(out)
+        if i < model.num_layers - 1:
+            h = model.act(h)
+    return h
+
+
+def test_layerwise_gcn_keeps_its_chunked_normalisation_and_computes_chunk_rows_only():
+    """GCN's chunked result is unchanged (sources outside the chunk are normalised with a
+    self-loop degree, as on the chunk's square graph); message passing fills only the
+    chunk's destination rows."""
+    torch.manual_seed(0)
+    x, edge_index = _graph(n=60, e=200, f=6)
+    model = GCN(6, 8, num_layers=2, out_channels=3).eval()
+    indptr, indices = to_csc(edge_index, x.size(0))
+    rows: list[int] = []
+    handles = [
+        conv.register_propagate_forward_hook(lambda m, i, o: rows.append(o.size(0)))
+        for conv in model.convs
+    ]
+    out = layerwise_inference(model, indptr, indices, x, chunk_size=25)
+    for h in handles:
+        h.remove()
+    assert rows == [25, 25, 10] * 2
+    with torch.no_grad():
+        expected = _chunked_square_reference(model, x, edge_index, 25)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
