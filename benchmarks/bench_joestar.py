@@ -18,9 +18,23 @@ PBS and PBS+AoT, the thesis's Fig. 5.13 comparison. NS with PyG's own sampler
 (``torch_geometric.loader.NeighborLoader``) runs only where pyg-lib or torch-sparse is
 installed.
 
-Run (about 40 min on the two shared CPU cores of the development machine)::
+**DGL baseline** (optional: only where ``import dgl`` works; DGL is no dependency of
+lightgraph, see docs/benchmarks.md for its installation). Inside every run, after each
+lightgraph epoch, one epoch of a GraphSAGE trained as DGL's own node-classification example
+trains one (``dgl.dataloading.NeighborSampler``, ``dgl.dataloading.DataLoader``,
+``dgl.nn.SAGEConv(..., "mean")``, Adam) on the same graph, training nodes, fanouts, batch
+size, learning rate and dropout, starting from the same initial weights (copied from the
+lightgraph model and checked to give the same logits), in the same process with the same
+threads: the epochs interleave, so both see the same machine. Its seconds per epoch and
+test accuracy at its best validation epoch (exact full-graph inference, as for lightgraph)
+are reported next to the run's. DGL lists fanouts input layer first (its last fanout is
+the one of the seeds), lightgraph and PyG seeds first: ``[15, 10, 5]`` here is
+``NeighborSampler([5, 10, 15])`` there.
+
+Run (about 40 min on the two shared CPU cores of the development machine, more with DGL)::
 
     python benchmarks/bench_joestar.py
+    python benchmarks/bench_joestar.py --num-nodes 100000 --train-ratio 0.1 --runs ns
     python benchmarks/bench_joestar.py --dry-run      # tiny smoke test
 """
 
@@ -83,6 +97,176 @@ def recipe_args(name: str, args: argparse.Namespace, cache: str) -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------------- DGL baseline
+def import_dgl() -> Any:
+    """``dgl``, or ``None`` where it does not import.
+
+    DGL 2.1's ``dgl.graphbolt`` loads a library built for one torch version and fails on
+    others; nothing here uses it, so an empty module stands in for it before the import.
+    """
+    import types
+
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    sys.modules.setdefault("dgl.graphbolt", types.ModuleType("dgl.graphbolt"))
+    try:
+        import dgl
+        import dgl.dataloading  # noqa: F401
+        import dgl.nn  # noqa: F401
+    except Exception:  # a missing or broken DGL: the arm is skipped
+        return None
+    return dgl
+
+
+class DGLSage:
+    """GraphSAGE-mean trained the way DGL's node-classification example trains it.
+
+    Layers ``dgl.nn.SAGEConv(.., "mean")`` with ReLU and dropout between them, a
+    ``NeighborSampler``/``DataLoader`` over the training nodes, cross-entropy and Adam.
+
+    Args:
+        dgl: the imported ``dgl`` module.
+        data: the graph (``x``, ``y``, ``edge_index``, ``train_mask``/``val_mask``/``test_mask``).
+        pyg_model: the lightgraph run's PyG ``GraphSAGE``: its weights are copied.
+        fanouts: neighbours per hop, seeds first (lightgraph's order).
+        batch_size, lr, weight_decay, seed: as the lightgraph run's.
+    """
+
+    def __init__(
+        self,
+        dgl: Any,
+        data: Any,
+        pyg_model: Any,
+        fanouts: list[int],
+        batch_size: int,
+        lr: float,
+        weight_decay: float,
+        seed: int,
+    ) -> None:
+        import torch
+        from torch_geometric.nn import SAGEConv as PygSAGEConv
+
+        self.dgl, self.data = dgl, data
+        convs = [m for m in pyg_model.modules() if isinstance(m, PygSAGEConv)]
+        if not convs or any(c.aggr != "mean" or c.project or c.normalize for c in convs):
+            raise ValueError("DGLSage: expected a PyG GraphSAGE with mean aggregation")
+        self.layers = torch.nn.ModuleList(
+            dgl.nn.SAGEConv(c.in_channels, c.out_channels, "mean") for c in convs
+        )
+        self.copy_weights(convs)
+        dropout = next((m.p for m in pyg_model.modules() if isinstance(m, torch.nn.Dropout)), 0.0)
+        self.dropout = torch.nn.Dropout(dropout)
+        src, dst = data.edge_index
+        self.graph = dgl.graph((src, dst), num_nodes=data.num_nodes)
+        self.split = {s: data[f"{s}_mask"].nonzero().view(-1) for s in ("train", "val", "test")}
+        dgl.seed(seed)
+        torch.manual_seed(seed)
+        # DGL's fanouts are listed input layer first: the last one expands the seeds.
+        self.sampler = dgl.dataloading.NeighborSampler(list(reversed(fanouts)))
+        self.loader = dgl.dataloading.DataLoader(
+            self.graph,
+            self.split["train"],
+            self.sampler,
+            batch_size=batch_size,
+            shuffle=True,
+            drop_last=False,
+            num_workers=0,
+        )
+        self.optimizer = torch.optim.Adam(
+            self.layers.parameters(), lr=lr, weight_decay=weight_decay
+        )
+        self.epoch_s: list[float] = []
+        self.val: list[float] = []
+        self.test: list[float] = []
+
+    def copy_weights(self, convs: list[Any]) -> None:
+        """PyG's ``lin_l`` (neighbour mean, with the bias) and ``lin_r`` (root) are DGL's
+        ``fc_neigh`` and ``fc_self`` (DGL 2.1 keeps the bias in ``fc_self``)."""
+        import torch
+
+        with torch.no_grad():
+            for conv, layer in zip(convs, self.layers, strict=True):
+                layer.fc_neigh.weight.copy_(conv.lin_l.weight)
+                layer.fc_self.weight.copy_(conv.lin_r.weight)
+                bias = layer.fc_self.bias if layer.fc_self.bias is not None else layer.bias
+                bias.copy_(conv.lin_l.bias)
+
+    def forward(self, blocks: list[Any], x: Any) -> Any:
+        import torch.nn.functional as F
+
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+            h = layer(block, h)
+            if i + 1 < len(self.layers):
+                h = self.dropout(F.relu(h))
+        return h
+
+    def full_graph_logits(self, graph: Any = None, x: Any = None) -> Any:
+        """Exact inference over the whole graph, layer by layer (no sampling)."""
+        import torch
+
+        graph = self.graph if graph is None else graph
+        x = self.data.x if x is None else x
+        self.layers.eval()
+        self.dropout.eval()
+        with torch.no_grad():
+            logits = self.forward([graph] * len(self.layers), x)
+        self.layers.train()
+        self.dropout.train()
+        return logits
+
+    def check_same_logits(self, pyg_model: Any, num_nodes: int = 2000) -> float:
+        """The largest logit difference from the PyG model on one identical input: the
+        subgraph of the first ``num_nodes`` nodes, every neighbour, in eval mode."""
+        import torch
+        from torch_geometric.utils import subgraph
+
+        nodes = torch.arange(min(num_nodes, self.data.num_nodes))
+        edge_index, _ = subgraph(nodes, self.data.edge_index, num_nodes=self.data.num_nodes)
+        sub = self.dgl.graph((edge_index[0], edge_index[1]), num_nodes=nodes.numel())
+        ours = self.full_graph_logits(sub, self.data.x[nodes])
+        was = pyg_model.training
+        pyg_model.eval()
+        with torch.no_grad():
+            theirs = pyg_model(self.data.x[nodes], edge_index)
+        pyg_model.train(was)
+        return float((ours - theirs).abs().max())
+
+    def train_epoch(self) -> None:
+        import torch
+        import torch.nn.functional as F
+        from torchmetrics.functional import accuracy
+
+        x, y = self.data.x, self.data.y
+        tic = time.perf_counter()
+        with torch.enable_grad():
+            for input_nodes, output_nodes, blocks in self.loader:
+                loss = F.cross_entropy(self.forward(blocks, x[input_nodes]), y[output_nodes])
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+        self.epoch_s.append(time.perf_counter() - tic)
+        logits = self.full_graph_logits()
+        classes = int(y.max()) + 1
+        for split, out in (("val", self.val), ("test", self.test)):
+            nodes = self.split[split]
+            acc = accuracy(logits[nodes], y[nodes], task="multiclass", num_classes=classes)
+            out.append(float(acc))
+
+    def result(self) -> dict[str, Any]:
+        best = max(range(len(self.val)), key=self.val.__getitem__)
+        later = self.epoch_s[1:] or self.epoch_s
+        return {
+            "epoch_s": statistics.mean(later),
+            "epoch_s_all": self.epoch_s,
+            "val_acc": self.val,
+            "test_acc": self.test,
+            "best_epoch": best,
+            "test_acc_at_best_val": self.test[best],
+            "dgl_version": self.dgl.__version__,
+            "dgl_fanouts": list(self.sampler.fanouts),
+        }
+
+
 # ---------------------------------------------------------------------- one run (child)
 def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     import lightning.pytorch as pl
@@ -91,6 +275,9 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from lightgraph.callbacks import IOMonitor
     from lightgraph.cli import build_cli
+
+    torch.set_num_threads(args.threads)
+    dgl = import_dgl() if args.dgl else None
 
     if name == "ns_pyg":
         import torch_geometric.typing as pyg_typing
@@ -136,8 +323,41 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 )
                 out.append(float(acc))
 
+    class Interleave(pl.Callback):
+        """One DGL epoch after every lightgraph epoch (after its measurement)."""
+
+        def __init__(self) -> None:
+            self.baseline: DGLSage | None = None
+            self.max_logit_diff = float("nan")
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            if self.baseline is None:  # the lightgraph model's initial weights, untrained
+                self.baseline = DGLSage(
+                    dgl,
+                    dm.dataset.load(),
+                    pl_module.model,
+                    list(dm.fanouts),
+                    int(dm.batch_size),
+                    float(pl_module.hparams.lr),
+                    float(pl_module.hparams.weight_decay),
+                    seed=0,
+                )
+                self.max_logit_diff = self.baseline.check_same_logits(pl_module.model)
+                if not self.max_logit_diff < 1e-4:
+                    raise RuntimeError(
+                        f"DGL baseline: its logits differ from lightgraph's by "
+                        f"{self.max_logit_diff} on the same input and weights"
+                    )
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            assert self.baseline is not None
+            self.baseline.train_epoch()
+
     measure = Measure()
     trainer.callbacks.insert(0, measure)
+    interleave = Interleave() if dgl is not None else None
+    if interleave is not None:
+        trainer.callbacks.insert(1, interleave)
     if name == "ns_pyg":
         from torch_geometric.loader import NeighborLoader
 
@@ -167,6 +387,12 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "test_acc_at_best_val": measure.test[best],
         "torch_threads": torch.get_num_threads(),
     }
+    if interleave is not None and interleave.baseline is not None:
+        result["dgl"] = interleave.baseline.result()
+        result["dgl"]["max_logit_diff_at_start"] = interleave.max_logit_diff
+        result["vs_dgl"] = result["epoch_s"] / result["dgl"]["epoch_s"]
+    elif args.dgl:
+        result["dgl"] = {"skipped": "dgl does not import"}
     if io is not None and io.history:
         last = io.history[1:] or io.history
         for key in ("h2d_bytes", "normalized_working_set", "stage1_seconds", "wait_seconds"):
@@ -257,11 +483,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-parts", type=int, default=128)
     p.add_argument("--parts-per-batch", type=int, default=16)
     p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of every run")
+    p.add_argument(
+        "--no-dgl",
+        dest="dgl",
+        action="store_false",
+        help="skip the interleaved DGL baseline (it runs only where dgl imports)",
+    )
     p.add_argument(
         "--lbs-sweep", type=float, nargs="*", default=[0.125, 0.25, 1.0],
         help="extra LBS ratios for the bytes-only pass",
     )
     p.add_argument("--bytes-only", action="store_true", help="only the loader-only pass")
+    p.add_argument("--no-bytes", dest="bytes", action="store_false", help="skip that pass")
     p.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
     p.add_argument("--workdir", default=None)
     p.add_argument("--cache", default=None)
@@ -298,12 +532,15 @@ def main(argv: list[str] | None = None) -> None:
                 "num_parts",
                 "parts_per_batch",
                 "epochs",
+                "threads",
             )
         },
         "machine": f"{os.cpu_count()} CPU cores, torch CPU",
     }
-    print("bytes-only pass ...", flush=True)
-    report["bytes"] = bytes_pass(args)
+    report["bytes"] = {}
+    if args.bytes or args.bytes_only:
+        print("bytes-only pass ...", flush=True)
+        report["bytes"] = bytes_pass(args)
     for label, row in report["bytes"].items():
         print(
             f"  {label:8s} {row['h2d_bytes'] / 2**20:10.1f} MB/epoch  "
@@ -343,7 +580,9 @@ def main(argv: list[str] | None = None) -> None:
             str(args.parts_per_batch),
             "--epochs",
             str(args.epochs),
-        ]
+            "--threads",
+            str(args.threads),
+        ] + ([] if args.dgl else ["--no-dgl"])
         tic = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -364,6 +603,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{result.get('compile', '')}",
             flush=True,
         )
+        dgl_row = result.get("dgl", {})
+        if "epoch_s" in dgl_row:
+            print(
+                f"{'  DGL ' + dgl_row['dgl_version'] + ', interleaved':40s} "
+                f"{dgl_row['epoch_s']:7.2f} s/epoch  "
+                f"test@best-val {100 * dgl_row['test_acc_at_best_val']:.2f}  "
+                f"lightgraph/DGL {result['vs_dgl']:.2f}x",
+                flush=True,
+            )
     base = report["runs"].get("ns", {})
     if "epoch_s" in base:
         report["speedup_vs_ns"] = {

@@ -34,7 +34,11 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.minibatch import make_generator, sample_minibatch
-from lightgraph.functional.neighbor_sampling import to_csc
+from lightgraph.functional.neighbor_sampling import (
+    NODE_BUFFER_MAX_NODES,
+    make_node_buffer,
+    to_csc,
+)
 from lightgraph.utilities.checks import check_bool, check_fanouts, check_int
 
 #: Most passes over one macro-batch (thesis §4.2.2 caps reuse at 4).
@@ -211,6 +215,11 @@ class MacroBatchLoader:
         gen = make_generator(self.seed, "targets", epoch, m, p)
         order = mb.targets[torch.randperm(mb.targets.numel(), generator=gen)]
         count = math.ceil(order.numel() / self.batch_size)
+        # Stage 2 relabels through a buffer the size of the macro-batch (in memory: its
+        # features are gathered with index_select).
+        buffer = None
+        if mb.num_nodes <= NODE_BUFFER_MAX_NODES:
+            buffer = make_node_buffer(mb.num_nodes)
         for b in range(start, count):
             seeds = order[b * self.batch_size : (b + 1) * self.batch_size]
             batch = sample_minibatch(
@@ -222,6 +231,7 @@ class MacroBatchLoader:
                 self.fanouts,
                 generator=make_generator(self.seed, "sample", epoch, m, p, b),
                 node_ids=mb.node_ids,
+                node_buffer=buffer,
             )
             batch.macro_parts = torch.tensor(mb.parts, dtype=torch.long)
             self.stats.mini_batches += 1

@@ -34,7 +34,13 @@ from torch_geometric.sampler import (
 )
 
 from lightgraph.data.graph_dataset import ensure_edge_index
-from lightgraph.functional.neighbor_sampling import check_fanouts, sample_neighbors, to_csc
+from lightgraph.functional.neighbor_sampling import (
+    NODE_BUFFER_MAX_NODES,
+    check_fanouts,
+    make_node_buffer,
+    sample_neighbors,
+    to_csc,
+)
 from lightgraph.utilities.checks import (
     check_bool,
     check_choice,
@@ -54,10 +60,6 @@ __all__ = ["BACKENDS", "UniformNeighborSampler", "neighbor_loader"]
 
 #: Sampling backends: lightgraph's vectorised torch sampler, or PyG's compiled one.
 BACKENDS: tuple[str, ...] = ("torch", "pyg")
-
-# The node-sized relabelling buffer (int64) is used by default up to this many nodes
-# (256 MiB); above it the sampler relabels with torch.unique (slower, no O(N) memory).
-_AUTO_BUFFER_MAX_NODES = 1 << 25
 
 
 class UniformNeighborSampler(BaseSampler):
@@ -88,7 +90,8 @@ class UniformNeighborSampler(BaseSampler):
             (``e_id`` and edge attributes of the batches follow it); ``None``: the CSC
             position is the edge id.
         node_buffer: relabel through an ``int64 [num_nodes]`` scratch buffer (faster; 8
-            bytes per node). ``None``: when ``num_nodes <= 2**25``.
+            bytes per node). ``None``: when ``num_nodes <= NODE_BUFFER_MAX_NODES``
+            (``2**25``; :mod:`lightgraph.functional.neighbor_sampling`).
 
     Raises:
         ValueError: bad fanouts, backend, or graph tensors (the message names them).
@@ -180,7 +183,7 @@ class UniformNeighborSampler(BaseSampler):
         self.generator = generator
         self._worker_seed: int | None = None
         if node_buffer is None:
-            node_buffer = self.num_nodes <= _AUTO_BUFFER_MAX_NODES
+            node_buffer = self.num_nodes <= NODE_BUFFER_MAX_NODES
         self.use_node_buffer = node_buffer
         self._buffer: Tensor | None = None
 
@@ -234,9 +237,7 @@ class UniformNeighborSampler(BaseSampler):
         buffer = None
         if self.use_node_buffer:
             if self._buffer is None:
-                self._buffer = torch.full(
-                    (self.num_nodes,), -1, dtype=torch.long, device=self.indptr.device
-                )
+                self._buffer = make_node_buffer(self.num_nodes, self.indptr.device)
             buffer = self._buffer
         out = sample_neighbors(
             self.indptr,

@@ -196,6 +196,11 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         indptr, indices = store.csc()
         return indptr, indices, store.features(), store.labels()
 
+    def memory_mapped(self, x: Tensor) -> bool:
+        """Whether ``x`` is the store's memory-mapped feature file itself (not a copy in
+        memory): its rows are then gathered in ascending order."""
+        return x.data_ptr() == self._store().features().data_ptr()
+
     def full_graph(self) -> FullGraphBatch:
         """The whole graph (:meth:`graph_arrays`) for exact layer-wise evaluation."""
         store = self._store()
@@ -205,14 +210,16 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
     def _eval_loader(self, split: str) -> Iterable[Any]:
         if self.eval_mode == "layerwise":
             return SingleBatchLoader(self.full_graph())
+        arrays = self.graph_arrays()
         return NeighborSamplingLoader(
-            *self.graph_arrays(),
+            *arrays,
             self.split_nodes(split),
             self.eval_fanouts,
             self.eval_batch_size,
             shuffle=False,
             seed=self.seed,
             node_ids=self._store().node_ids,
+            memory_mapped=self.memory_mapped(arrays[2]),
         )
 
     def io_stats(self) -> dict[str, float]:
@@ -404,6 +411,7 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
                 seed=self.seed,
                 node_ids=self._store().node_ids,
                 on_batch=self.pages.count,
+                memory_mapped=self.memory_mapped(x),
             )
         return self._train_loader
 

@@ -22,14 +22,22 @@ ops release the GIL) and concatenated in chunk order, so the layout is the seria
 only the relabelling stays serial. Chunk ``c`` of a hop draws from its own generator,
 seeded by an integer drawn from ``generator``, so a sample is reproducible for a given
 generator state and ``num_threads`` (but differs from the ``num_threads=1`` sample).
+
+Sampling is many small tensor operations: torch's intra-op threads (``torch.
+set_num_threads``) only add hand-offs to them, and on a machine whose cores are busy they
+collapse it (on two cores under load, one batch of fanouts 15/10/5 on a 1M-node graph
+takes about 8x longer with two intra-op threads than with one; ``docs/benchmarks.md``,
+"Sampler threads"). :func:`sample_neighbors` therefore runs with ``intra_op_threads=1`` by
+default, set for the call and restored afterwards.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -40,11 +48,24 @@ from lightgraph.utilities.checks import (
     check_fanouts,
     check_graph_edge_index,
     check_int,
+    check_optional_int,
     check_type,
     describe,
 )
 
-__all__ = ["NeighborSample", "check_fanouts", "sample_neighbors", "to_csc"]
+__all__ = [
+    "NODE_BUFFER_MAX_NODES",
+    "NeighborSample",
+    "check_fanouts",
+    "make_node_buffer",
+    "sample_neighbors",
+    "to_csc",
+]
+
+#: Loaders relabel through a node buffer (:func:`make_node_buffer`, ``int64``: 8 bytes per
+#: node of the sampled graph) up to this many nodes (256 MiB), and with ``torch.unique``
+#: (slower, no O(N) memory) above it.
+NODE_BUFFER_MAX_NODES = 1 << 25
 
 
 # Without replacement a node of degree ``deg > k`` keeps ``k`` distinct neighbours. Floyd's
@@ -318,6 +339,26 @@ def _expand_parallel(
     return edge, dst, src
 
 
+def make_node_buffer(num_nodes: int, device: torch.device | str | None = None) -> Tensor:
+    """The ``node_buffer`` of :func:`sample_neighbors`: ``int64 [num_nodes]``, all ``-1``."""
+    num_nodes = check_int("make_node_buffer", "num_nodes", num_nodes, low=0)
+    return torch.full((num_nodes,), -1, dtype=torch.long, device=device)
+
+
+@contextmanager
+def _intra_op_threads(threads: int | None) -> Iterator[None]:
+    """Torch's intra-op thread count set to ``threads`` for the block (``None``: unchanged)."""
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class _Relabel:
     """Global -> local ids of the nodes sampled so far, new nodes in order of appearance.
 
@@ -380,6 +421,7 @@ def sample_neighbors(
     generator: torch.Generator | None = None,
     node_buffer: Tensor | None = None,
     num_threads: int = 1,
+    intra_op_threads: int | None = 1,
 ) -> NeighborSample:
     """Sample a ``len(fanouts)``-hop neighbourhood of ``seeds``, uniformly per node.
 
@@ -405,8 +447,9 @@ def sample_neighbors(
             whatever the dtype or storage of ``indptr``/``indices``. A CPU generator also
             serves a CUDA graph (its draws are copied over), giving the same samples.
         node_buffer: optional ``int64 [num_nodes]`` scratch tensor on the graph's device,
-            all ``-1``, for relabelling without sorting (faster on large batches); it is
-            ``-1`` again on return. Without it, ``torch.unique`` is used.
+            all ``-1`` (:func:`make_node_buffer`), for relabelling without sorting; it is
+            ``-1`` again on return. Without it, ``torch.unique`` is used (slower: the
+            loaders pass a buffer up to :data:`NODE_BUFFER_MAX_NODES` nodes).
         num_threads: threads that expand every hop together (``>= 1``). With ``n > 1``
             each hop's frontier is cut into ``n`` contiguous chunks expanded concurrently
             on a shared pool and concatenated in order, so the layout is the serial one;
@@ -418,20 +461,24 @@ def sample_neighbors(
             4096 frontier nodes run their chunks in the calling thread (same sample).
             These threads add to torch's intra-op threads (each may start its own
             OpenMP team): on few cores, lower ``torch.set_num_threads`` accordingly.
+        intra_op_threads: torch's intra-op threads while sampling (``torch.
+            set_num_threads``, restored on return); ``None`` leaves torch's setting. The
+            default 1 keeps a busy machine from collapsing the sampler's many small ops.
 
     Returns:
         A :class:`NeighborSample` on the device of ``indptr``.
 
     Raises:
         ValueError: on a bad ``fanouts`` entry (``0`` or ``< -1``), seeds out of range,
-            ``num_threads < 1``, or tensors of the wrong shape or dtype (the message names
-            the argument).
+            ``num_threads < 1``, ``intra_op_threads < 1``, or tensors of the wrong shape or
+            dtype (the message names the argument).
     """
     owner = "sample_neighbors"
     num_nodes = _check_csc(owner, indptr, indices)
     fanouts = check_fanouts(owner, fanouts)
     check_bool(owner, "replace", replace)
     num_threads = check_int(owner, "num_threads", num_threads, low=1)
+    intra_op_threads = check_optional_int(owner, "intra_op_threads", intra_op_threads, low=1)
     if generator is not None:
         check_type(owner, "generator", generator, torch.Generator)
     device = indptr.device
@@ -449,6 +496,23 @@ def sample_neighbors(
                 f"{node_buffer.device}."
             )
 
+    with _intra_op_threads(intra_op_threads):
+        return _sample(
+            indptr, indices, seeds, fanouts, replace, generator, node_buffer, num_threads
+        )
+
+
+def _sample(
+    indptr: Tensor,
+    indices: Tensor,
+    seeds: Tensor,
+    fanouts: list[int],
+    replace: bool,
+    generator: torch.Generator | None,
+    node_buffer: Tensor | None,
+    num_threads: int,
+) -> NeighborSample:
+    """:func:`sample_neighbors` on checked arguments."""
     relabel = _Relabel(seeds, node_buffer)
     try:
         rows: list[Tensor] = []

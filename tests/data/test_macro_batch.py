@@ -217,3 +217,18 @@ def test_trainer_resumed_mid_epoch_trains_on_the_same_batches(module, tmp_path):
     resumed = first[:5] + rest
     assert len(resumed) == len(uninterrupted) > 10
     assert all(torch.equal(a, b) for a, b in zip(resumed, uninterrupted, strict=True))
+
+
+def test_stage_two_relabels_through_a_node_buffer(module, monkeypatch):
+    """The macro-batch's mini-batches need no torch.unique, and stay the same batches."""
+    reference = [b for b in _loader(module, prefetch=False)]
+
+    def fail(*args, **kwargs):
+        raise AssertionError("torch.unique was called")
+
+    monkeypatch.setattr(torch, "unique", fail)
+    got = list(_loader(module, prefetch=False))
+    assert len(got) == len(reference) > 0
+    for a, b in zip(got, reference, strict=True):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.x, b.x)

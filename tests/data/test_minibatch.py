@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from lightgraph.data.minibatch import NeighborSamplingLoader, make_generator, sample_minibatch
+from lightgraph.data.minibatch import (
+    NeighborSamplingLoader,
+    gather_rows,
+    make_generator,
+    sample_minibatch,
+)
 from lightgraph.functional.neighbor_sampling import to_csc
 
 
@@ -93,3 +99,97 @@ def test_rng_state_is_the_position_that_seeds_the_next_batches():
         resumed.set_rng_state({"epoch": 1})
     with pytest.raises(ValueError, match=r"expected `state\['epoch'\]` to be an integer >= 0"):
         resumed.set_rng_state({"epoch": -1, "next_batch": 0})
+
+
+# ------------------------------------------------------------------ fast default paths
+def _no(name):
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{name} was called")
+
+    return fail
+
+
+def _memmap(tmp_path, array: np.ndarray) -> torch.Tensor:
+    mm = np.memmap(tmp_path / "x.npy", dtype=array.dtype, mode="w+", shape=array.shape)
+    mm[:] = array
+    mm.flush()
+    mapped = np.memmap(tmp_path / "x.npy", dtype=array.dtype, mode="c", shape=array.shape)
+    return torch.from_numpy(mapped)
+
+
+def test_gather_rows_in_memory_is_one_index_select_without_a_sort(monkeypatch):
+    x = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
+    node = torch.tensor([7, 3, 49, 3, 0, 12])
+    expected = x.numpy()[node.numpy()]  # NumPy's fancy indexing as the reference
+    monkeypatch.setattr(torch, "argsort", _no("torch.argsort"))
+    assert np.array_equal(gather_rows(x, node).numpy(), expected)
+
+
+def test_gather_rows_of_a_memory_map_reads_rows_in_ascending_order(tmp_path, monkeypatch):
+    array = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
+    x = _memmap(tmp_path, array)
+    node = torch.tensor([7, 3, 49, 3, 0, 12])
+    reads = []
+    real_index = torch.Tensor.__getitem__
+
+    def recording(self, idx):
+        if self.data_ptr() == x.data_ptr() and isinstance(idx, torch.Tensor):
+            reads.append(idx.clone())
+        return real_index(self, idx)
+
+    monkeypatch.setattr(torch.Tensor, "__getitem__", recording)
+    got = gather_rows(x, node, memory_mapped=True)
+    monkeypatch.undo()
+    assert np.array_equal(got.numpy(), array[node.numpy()])
+    assert len(reads) == 1 and reads[0].tolist() == sorted(node.tolist())
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_loader_relabels_through_the_node_buffer_and_draws_the_same_batches(
+    tmp_path, monkeypatch, mapped
+):
+    edge_index, x, y = _graph()
+    indptr, indices = to_csc(edge_index, x.size(0))
+    features = _memmap(tmp_path, x.numpy()) if mapped else x
+
+    def batches(**kwargs):
+        loader = NeighborSamplingLoader(
+            indptr,
+            indices,
+            features,
+            y,
+            torch.arange(0, 120, 2),
+            [3, 2],
+            batch_size=16,
+            seed=5,
+            memory_mapped=mapped,
+            **kwargs,
+        )
+        return [b for _ in range(2) for b in loader]
+
+    reference = batches(node_buffer=False)  # torch.unique relabelling
+    monkeypatch.setattr(torch, "unique", _no("torch.unique"))
+    default = batches()
+    assert len(default) == len(reference) == 8
+    for a, b in zip(default, reference, strict=True):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+        assert torch.equal(a.x, x[a.n_id])  # the graph's own rows
+        assert a.num_sampled_nodes == b.num_sampled_nodes
+
+
+def test_loader_falls_back_to_torch_unique_above_the_buffer_limit(monkeypatch):
+    import lightgraph.data.minibatch as minibatch
+
+    edge_index, x, y = _graph()
+    indptr, indices = to_csc(edge_index, x.size(0))
+    loader = NeighborSamplingLoader(indptr, indices, x, y, torch.arange(20), [3], batch_size=20)
+    assert loader.use_node_buffer
+    monkeypatch.setattr(minibatch, "NODE_BUFFER_MAX_NODES", 119)  # the graph has 120 nodes
+    big = NeighborSamplingLoader(indptr, indices, x, y, torch.arange(20), [3], batch_size=20)
+    assert not big.use_node_buffer
+    monkeypatch.setattr(torch, "unique", _no("torch.unique"))
+    with pytest.raises(AssertionError, match="torch.unique was called"):
+        next(iter(big))
+    with pytest.raises(ValueError, match="NeighborSamplingLoader: expected `node_buffer`"):
+        NeighborSamplingLoader(indptr, indices, x, y, torch.arange(3), [2], 2, node_buffer=1)

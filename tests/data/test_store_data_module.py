@@ -124,3 +124,23 @@ def test_bad_arguments_are_named(tmp_path):
     dm = MacroBatchDataModule(DATASET, num_parts=4, parts_per_batch=2, cache_dir=str(tmp_path))
     with pytest.raises(RuntimeError, match="setup"):
         dm.train_loader()
+
+
+@pytest.mark.parametrize("storage", ["memory", "mmap"])
+def test_only_the_stores_memory_map_is_gathered_in_sorted_order(tmp_path, storage):
+    dm = NeighborSamplingDataModule(
+        DATASET, storage=storage, eval_mode="sampled", cache_dir=str(tmp_path)
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    mapped = storage == "mmap"
+    assert dm.train_loader().memory_mapped is mapped
+    assert dm.train_loader().use_node_buffer
+    assert dm.val_dataloader().memory_mapped is mapped
+    base = PartitionStoreDataModule(
+        DATASET, num_parts=1, partitioner="random", hub_fraction=0.0, cache_dir=str(tmp_path)
+    )
+    base.prepare_data()
+    base.setup("fit")
+    assert base.memory_mapped(base.graph_arrays()[2])
+    assert not base.memory_mapped(base.graph_arrays()[2].clone())

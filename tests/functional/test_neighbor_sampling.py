@@ -610,3 +610,33 @@ def test_threads_cuda_match_cpu_with_a_cpu_generator(replace, execution):
     )
     assert cuda.node.is_cuda
     assert_same(cpu, cuda)
+
+
+@pytest.mark.parametrize("intra_op_threads, expected", [(1, 1), (None, 2)])
+def test_sampling_runs_with_the_requested_intra_op_threads_and_restores_them(
+    monkeypatch, intra_op_threads, expected
+):
+    """Torch's intra-op threads while a hop is expanded (1 by default: the sampler's many
+    small ops collapse with 2 threads on a busy machine), and torch's setting afterwards."""
+    indptr, indices = to_csc(random_graph(), 60)
+    seen = []
+    real_expand = ns._expand
+
+    def expand(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_expand(*args, **kwargs)
+
+    monkeypatch.setattr(ns, "_expand", expand)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        kwargs = {} if intra_op_threads == 1 else {"intra_op_threads": intra_op_threads}
+        a = sample_neighbors(indptr, indices, torch.arange(5), [3, 2], generator=gen(0), **kwargs)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [expected, expected]
+    b = sample_neighbors(indptr, indices, torch.arange(5), [3, 2], generator=gen(0))
+    assert_same(a, b)  # the thread count does not change the sample
+    with pytest.raises(ValueError, match="sample_neighbors: expected `intra_op_threads`"):
+        sample_neighbors(indptr, indices, torch.arange(5), [3], intra_op_threads=0)
