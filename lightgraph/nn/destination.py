@@ -45,6 +45,8 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import GCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
+from lightgraph.nn.aggregation_order import AGGREGATE_FIRST, get_order
+
 __all__ = ["check_layered_gnn", "conv_to_destinations", "destination_forward"]
 
 #: PyG convs known to give their square-graph result for a pair ``(x, x[:num_dst])``.
@@ -121,8 +123,13 @@ def _gcn_to_destinations(conv: GCNConv, x: Tensor, edge_index: Tensor, num_dst: 
             # The self-loops of sources that are not destinations only feed rows dropped here.
             keep = edge_index[1] < num_dst
             edge_index, weight = edge_index[:, keep], weight[keep]
-    h = conv.lin(x)
-    out = conv.propagate(edge_index, x=h, edge_weight=weight, size=(num_src, num_dst))
+    if get_order(conv) == AGGREGATE_FIRST:
+        # The order :func:`~lightgraph.nn.aggregation_order.set_order` chose: propagate the
+        # inputs, then transform only the destinations' rows.
+        out = conv.propagate(edge_index, x=x, edge_weight=weight, size=(num_src, num_dst))
+        out = conv.lin(out)
+    else:
+        out = conv.propagate(edge_index, x=conv.lin(x), edge_weight=weight, size=(num_src, num_dst))
     if conv.bias is not None:
         out = out + conv.bias
     return out
@@ -143,8 +150,11 @@ def conv_to_destinations(conv: nn.Module, x: Tensor, edge_index: Tensor, num_dst
       pair as the square graph restricted to the destinations, as PyG's do);
     * for ``GCNConv``: ``lin`` on the sources, propagation into the destinations with the
       square graph's ``gcn_norm`` weights (``normalize``, ``add_self_loops`` and
-      ``improved`` respected; ``cached=True`` is rejected), ``bias``;
-    * any other conv, or a conv with ``flow="target_to_source"``: the fallback
+      ``improved`` respected; ``cached=True`` is rejected), ``bias``; in the
+      aggregate-first order (:func:`~lightgraph.nn.aggregation_order.set_order`) the
+      propagation runs on the inputs and ``lin`` on the destinations' rows only;
+    * any other conv (subclasses of ``GCNConv`` included: they may change the math), or a
+      conv with ``flow="target_to_source"``: the fallback
       ``conv(x, edge_index)[:num_dst]`` -- correct, but it computes every row.
 
     Args:
@@ -159,7 +169,7 @@ def conv_to_destinations(conv: nn.Module, x: Tensor, edge_index: Tensor, num_dst
     if getattr(conv, "flow", "source_to_target") == "source_to_target":
         if _takes_pair(conv):
             return conv((x, x[:num_dst]), edge_index)
-        if isinstance(conv, GCNConv):
+        if type(conv) is GCNConv:  # a subclass may change the math: the fallback
             return _gcn_to_destinations(conv, x, edge_index, num_dst)
     return conv(x, edge_index)[:num_dst]
 

@@ -317,6 +317,42 @@ def test_gcn_block_equals_the_square_graph_rows(improved, add_self_loops):
     torch.testing.assert_close(out, conv(x, edge_index)[:4])
 
 
+def test_gcn_block_in_the_aggregate_first_order_transforms_destinations_only():
+    """``set_order(conv, "aggregate_first")`` is honoured over a block: same rows as the
+    square graph, and ``lin`` sees only the destinations' rows."""
+    from lightgraph.nn.aggregation_order import set_order
+
+    torch.manual_seed(0)
+    conv = GCNConv(4, 3).double()
+    x = torch.randn(9, 4, dtype=torch.float64)
+    edge_index = torch.tensor([[5, 6, 7, 8, 1, 2, 0, 8, 3], [0, 0, 1, 2, 2, 3, 0, 3, 3]])
+    ref = conv(x, edge_index)[:4]
+    seen: list[int] = []
+    handle = conv.lin.register_forward_hook(lambda _m, a, _o: seen.append(a[0].size(0)))
+    conv_to_destinations(conv, x, edge_index, 4)
+    assert seen == [9]  # transform first (PyG's order): every source row
+    seen.clear()
+    set_order(conv, "aggregate_first")
+    out = conv_to_destinations(conv, x, edge_index, 4)
+    handle.remove()
+    assert seen == [4]
+    torch.testing.assert_close(out, ref)
+
+
+def test_a_gcn_subclass_takes_the_square_graph_fallback():
+    class ScaledGCN(GCNConv):
+        def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:  # type: ignore[override]
+            return 2.0 * super().forward(x, edge_index)
+
+    torch.manual_seed(0)
+    conv = ScaledGCN(4, 3).double()
+    x = torch.randn(9, 4, dtype=torch.float64)
+    edge_index = torch.tensor([[5, 6, 7, 8, 1, 2, 0, 8, 3], [0, 0, 1, 2, 2, 3, 0, 3, 3]])
+    torch.testing.assert_close(
+        conv_to_destinations(conv, x, edge_index, 4), conv(x, edge_index)[:4]
+    )
+
+
 def test_bad_arguments_are_named():
     x, edge_index = _graph()
     model = _model(GraphSAGE)
