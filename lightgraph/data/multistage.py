@@ -41,7 +41,12 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.minibatch import gather_rows, make_generator
-from lightgraph.functional.neighbor_sampling import NeighborSample, sample_neighbors, to_csc
+from lightgraph.functional.neighbor_sampling import (
+    NeighborSample,
+    make_node_buffer,
+    sample_neighbors,
+    to_csc,
+)
 
 FIRST_STAGES: tuple[str, ...] = ("lbs", "pbs")
 
@@ -58,7 +63,8 @@ class StageOneBatch:
     Attributes:
         epoch, index: which epoch and which macro-batch of it.
         node: store id of every macro-batch node, ``int64 [M]`` (PBS: inner nodes first).
-        x, y: their features and labels.
+        x, y: their features and labels (``None`` only between stage 1 and AoT, which
+            gathers the rows it keeps straight from the graph).
         indptr, indices: CSC of the macro-batch subgraph over local ids (``None`` with AoT:
             the device receives the samples instead).
         num_inner: nodes ``[num_inner, M)`` are halo nodes (PBS); ``M`` for LBS.
@@ -76,8 +82,8 @@ class StageOneBatch:
     epoch: int
     index: int
     node: Tensor
-    x: Tensor
-    y: Tensor
+    x: Tensor | None
+    y: Tensor | None
     indptr: Tensor | None
     indices: Tensor | None
     num_inner: int
@@ -129,6 +135,9 @@ class DeviceMacroBatch:
     indices: Tensor | None
     hist: list[Tensor] = field(default_factory=list)
     hist_slot: list[Tensor] = field(default_factory=list)  # local id -> row of ``hist[l]``
+    # Stage 2's relabelling buffer (``int64 [M]``, all ``-1``), allocated on first use and
+    # reused by every mini-batch of the macro-batch.
+    node_buffer: Tensor | None = None
 
 
 @dataclass
@@ -151,17 +160,18 @@ def _macro_subgraph(sample: NeighborSample, num_nodes: int) -> tuple[Tensor, Ten
 def lbs_stage_one(
     indptr: Tensor,
     indices: Tensor,
-    x: Tensor,
-    y: Tensor,
+    x: Tensor | None,
+    y: Tensor | None,
     seeds: Tensor,
     fanouts: Sequence[int],
     generator: torch.Generator,
     num_threads: int = 1,
     node_buffer: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
     """LBS stage 1: ``(node, indptr, indices, x, y)`` of the sampled macro-batch subgraph.
 
-    The seeds come first (local ids ``0 .. len(seeds) - 1``).
+    The seeds come first (local ids ``0 .. len(seeds) - 1``). ``x``/``y`` ``None``: no rows
+    are gathered (AoT gathers the kept ones, :func:`aot_filter`).
     """
     sample = sample_neighbors(
         indptr,
@@ -174,22 +184,32 @@ def lbs_stage_one(
     )
     node = sample.node
     m_indptr, m_indices = _macro_subgraph(sample, node.numel())
-    return node, m_indptr, m_indices, gather_rows(x, node), y[node]
+    return node, m_indptr, m_indices, *_gather(x, y, node)
+
+
+def _gather(
+    x: Tensor | None, y: Tensor | None, node: Tensor
+) -> tuple[Tensor | None, Tensor | None]:
+    """The rows of ``node`` of ``x`` and ``y`` (``None`` stays ``None``)."""
+    return (
+        None if x is None else gather_rows(x, node),
+        None if y is None else y.index_select(0, node),
+    )
 
 
 def pbs_stage_one(
     indptr: Tensor,
     indices: Tensor,
-    x: Tensor,
-    y: Tensor,
+    x: Tensor | None,
+    y: Tensor | None,
     inner: Tensor,
     scratch: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, int]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, int]:
     """PBS stage 1: the ``inner`` nodes with all their in-edges, plus their 1-hop halo.
 
     Args:
         indptr, indices: CSC of the whole graph (store ids).
-        x, y: features and labels of the whole graph.
+        x, y: features and labels of the whole graph (``None``: not gathered, as for LBS).
         inner: store ids of the chosen partitions' nodes (sorted, distinct).
         scratch: ``int64 [num_nodes]`` all ``-1`` (it is ``-1`` again on return).
 
@@ -209,7 +229,10 @@ def pbs_stage_one(
     try:
         scratch.index_copy_(0, inner, torch.arange(num_inner))
         outside = scratch.index_select(0, src) < 0
-        halo = torch.unique(src[outside])
+        # The distinct outside sources in ascending store id, without sorting.
+        is_halo = torch.zeros(scratch.numel(), dtype=torch.bool)
+        is_halo[src[outside]] = True
+        halo = is_halo.nonzero().view(-1)
         scratch.index_copy_(0, halo, torch.arange(num_inner, num_inner + halo.numel()))
         local_src = scratch.index_select(0, src)
     finally:
@@ -220,7 +243,8 @@ def pbs_stage_one(
     m_indptr = torch.zeros(node.numel() + 1, dtype=torch.long)
     torch.cumsum(deg, 0, out=m_indptr[1 : num_inner + 1])
     m_indptr[num_inner + 1 :] = total
-    return node, m_indptr, local_src, gather_rows(x, node), y[node], num_inner
+    mx, my = _gather(x, y, node)
+    return node, m_indptr, local_src, mx, my, num_inner
 
 
 def _compact(sample: NeighborSample) -> NeighborSample:
@@ -236,16 +260,28 @@ def _compact(sample: NeighborSample) -> NeighborSample:
 
 
 def aot_filter(
-    macro: StageOneBatch, fanouts: Sequence[int], seed: int, history_layers: int = 0
+    macro: StageOneBatch,
+    fanouts: Sequence[int],
+    seed: int,
+    history_layers: int = 0,
+    node_buffer: Tensor | None = None,
+    x: Tensor | None = None,
+    y: Tensor | None = None,
 ) -> StageOneBatch:
     """Ahead-of-time filtering: draw every mini-batch's stage-2 sample now, keep only the
     nodes some mini-batch touches, and hand the samples (relabelled) to the device.
 
     The samples are drawn with exactly the generators stage 2 would use on the device, so
     the mini-batches do not change. With ``history_layers = L - 1 > 0`` the history rows
-    are filtered per layer too (see :attr:`StageOneBatch.hist_nodes`).
+    are filtered per layer too (see :attr:`StageOneBatch.hist_nodes`). ``node_buffer``:
+    the sampler's relabelling buffer for the macro-batch (``int64 [M]``, all ``-1``,
+    :func:`~lightgraph.functional.neighbor_sampling.make_node_buffer`; ``-1`` again on
+    return); ``None``: one is allocated for the call. ``x``, ``y``: the whole graph's
+    features and labels, for a ``macro`` built without them: only the kept rows are read.
     """
     assert macro.indptr is not None and macro.indices is not None
+    if node_buffer is None:
+        node_buffer = make_node_buffer(macro.num_nodes)
     samples = [
         sample_neighbors(
             macro.indptr,
@@ -253,6 +289,7 @@ def aot_filter(
             seeds,
             list(fanouts),
             generator=stage_two_generator(seed, macro.epoch, macro.index, b),
+            node_buffer=node_buffer,
         )
         for b, seeds in enumerate(macro.batches)
     ]
@@ -266,15 +303,24 @@ def aot_filter(
             near = s.node[: ends[num_layers - 1 - layer]]
             need[near[near >= macro.num_inner]] = True
     keep = touched.nonzero().view(-1)  # ascending: inner nodes stay before halo nodes
+    node = macro.node.index_select(0, keep)
+    if macro.x is None or macro.y is None:
+        if x is None or y is None:
+            raise ValueError(
+                "aot_filter: the macro-batch carries no features; pass the graph's `x` and `y`."
+            )
+        kept_x, kept_y = _gather(x, y, node)
+    else:
+        kept_x, kept_y = macro.x.index_select(0, keep), macro.y.index_select(0, keep)
     local = torch.full((macro.num_nodes,), -1, dtype=torch.long)
     local[keep] = torch.arange(keep.numel())
     relabelled = [_compact(s._replace(node=local[s.node])) for s in samples]
     return StageOneBatch(
         epoch=macro.epoch,
         index=macro.index,
-        node=macro.node[keep],
-        x=macro.x[keep],
-        y=macro.y[keep],
+        node=node,
+        x=kept_x,
+        y=kept_y,
         indptr=None,
         indices=None,
         num_inner=int((keep < macro.num_inner).sum()),
@@ -327,12 +373,15 @@ def stage_two(
     else:
         assert macro.indptr is not None and macro.indices is not None
         seeds = src.batches[step].to(device)
+        if macro.node_buffer is None:
+            macro.node_buffer = make_node_buffer(macro.node.numel(), device)
         sample = sample_neighbors(
             macro.indptr,
             macro.indices,
             seeds,
             list(fanouts),
             generator=stage_two_generator(seed, src.epoch, src.index, step),
+            node_buffer=macro.node_buffer,
         )
     node = sample.node
     store = macro.node.index_select(0, node)

@@ -288,12 +288,14 @@ class MultistageDataModule(PartitionStoreDataModule):
         if self._scratch is None:
             self._scratch = torch.full((indptr.numel() - 1,), -1, dtype=torch.long)
         seeds, inner = self._epoch_plan(epoch)[k]
+        # With AoT the rows are gathered after filtering, the kept ones only.
+        fx, fy = (None, None) if self.aot else (x, y)
         if self.first_stage == "lbs":
             node, m_indptr, m_indices, mx, my = lbs_stage_one(
                 indptr,
                 indices,
-                x,
-                y,
+                fx,
+                fy,
                 seeds,
                 self.fanouts,
                 generator=make_generator(self.seed, "stage1", epoch, k),
@@ -305,7 +307,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         else:
             assert inner is not None
             node, m_indptr, m_indices, mx, my, num_inner = pbs_stage_one(
-                indptr, indices, x, y, inner, self._scratch
+                indptr, indices, fx, fy, inner, self._scratch
             )
             # Inner nodes keep the order of ``inner`` (ascending store id) and so do the
             # seeds (``plan`` filters ``inner``): their local ids are a search.
@@ -332,7 +334,17 @@ class MultistageDataModule(PartitionStoreDataModule):
             num_nodes_sampled=int(node.numel()),
         )
         if self.aot:
-            macro = aot_filter(macro, self.stage_two_fanouts, self.seed, self.history_layers)
+            # The scratch buffer is all -1 again after stage 1: its first M entries relabel
+            # the macro-batch's mini-batches.
+            macro = aot_filter(
+                macro,
+                self.stage_two_fanouts,
+                self.seed,
+                self.history_layers,
+                node_buffer=self._scratch[: macro.num_nodes],
+                x=x,
+                y=y,
+            )
         macro.build_seconds = time.perf_counter() - tic
         return macro
 

@@ -248,6 +248,71 @@ def test_aot_moves_fewer_bytes_for_pbs_with_few_training_nodes(tmp_path):
     assert sizes[True] < 0.7 * sizes[False]
 
 
+# ------------------------------------------------------------------ node buffers
+@pytest.mark.parametrize(
+    ("first_stage", "aot"), [("lbs", False), ("lbs", True), ("pbs", False), ("pbs", True)]
+)
+def test_multistage_relabels_through_node_buffers(tmp_path, monkeypatch, first_stage, aot):
+    """Stage 1, AoT and stage 2 run without ``torch.unique`` (node buffers), and every
+    mini-batch is the sample ``sample_neighbors`` draws without a buffer (the sorting
+    relabel) from the same generator inside the same macro-batch."""
+    from lightgraph.data.multistage import stage_two_generator
+    from lightgraph.functional.neighbor_sampling import sample_neighbors
+
+    mode = dict(history=True) if first_stage == "pbs" else {}
+    plain = _module(tmp_path, first_stage=first_stage, prefetch=False, **mode)
+    reference = []
+    for step in plain.train_loader():
+        macro = step.macro
+        sample = sample_neighbors(
+            macro.indptr,
+            macro.indices,
+            step.seeds,
+            plain.stage_two_fanouts,
+            generator=stage_two_generator(plain.seed, macro.epoch, macro.index, step.step),
+        )
+        reference.append((macro.node[sample.node], torch.stack([sample.row, sample.col])))
+
+    def fail(*args, **kwargs):
+        raise AssertionError("torch.unique was called")
+
+    monkeypatch.setattr(torch, "unique", fail)
+    dm = _module(tmp_path, first_stage=first_stage, prefetch=False, aot=aot, **mode)
+    table = _StubHistory()
+    store_of = torch.empty_like(dm.store.node_ids.long())
+    store_of[dm.store.node_ids.long()] = torch.arange(store_of.numel())
+    count = 0
+    for (node, edge_index), step in zip(reference, dm.train_loader(), strict=True):
+        batch = dm.sample_on_device(dm.to_device(step, CPU, table))
+        assert torch.equal(store_of[batch.n_id], node)
+        assert torch.equal(batch.edge_index, edge_index)
+        count += 1
+    assert count > 0
+
+
+def test_aot_gathers_only_the_kept_feature_rows(tmp_path, monkeypatch):
+    """With AoT, stage 1 reads from the graph's features only the rows that reach the
+    device (not every macro-batch row, then the kept ones again)."""
+    import lightgraph.data.multistage as multistage
+
+    gathered: list[int] = []
+    real = multistage.gather_rows
+
+    def counting(x, node, *args, **kwargs):
+        gathered.append(int(node.numel()))
+        return real(x, node, *args, **kwargs)
+
+    monkeypatch.setattr(multistage, "gather_rows", counting)
+    dm = _module(tmp_path, first_stage="pbs", aot=True, prefetch=False)
+    kept, sampled = 0, 0
+    for step in dm.train_loader():
+        if step.step == 0:
+            kept += step.macro.num_nodes
+            sampled += step.macro.num_nodes_sampled
+    assert kept < sampled  # AoT dropped some rows
+    assert sum(gathered) == kept
+
+
 # ------------------------------------------------------------------- loader mechanics
 @pytest.mark.parametrize("first_stage", ["lbs", "pbs"])
 def test_prefetching_serial_and_resumed_loaders_agree(tmp_path, first_stage):
