@@ -23,6 +23,22 @@ output has exactly ``sum(num_sampled_nodes[:L-l])`` rows; the last layer's are t
 * any other conv falls back to the square graph and keeps its first ``num_dst`` rows
   (correct, not faster).
 
+On CPU (float32/float64, outside ``torch.compile`` and autocast) the linear aggregations
+multiply a ``torch.sparse_csr_tensor`` ``adj_t`` of shape ``[num_dst, num_src]``
+(``adj_t[dst, src]``, PyG's convention) through PyG's ``message_and_aggregate``:
+``SAGEConv``/``GraphConv``/``GINConv`` with ``aggr`` mean or sum (values 1,
+``torch.sparse.mm`` with ``reduce="mean"`` for the mean) and ``GCNConv`` (the
+``gcn_norm`` weights as values). The sampler's edges are grouped by target in
+ascending order (hops in order, each hop grouped by target), so the row pointer is a
+bincount and a cumulative sum, O(E), no sort; other orders are sorted by target first.
+Measured on a shared 2-core CPU (one thread; 3 layers, 200k-node synthetic graph, 64
+features, fanouts 15/10/5, 1000 seeds: 134k nodes, 374k edges), one training step
+(forward, backward, Adam) runs 1.4-1.5x / 1.35x faster than over ``edge_index`` for
+GraphSAGE (mean) with hidden 128 / 256, and 2.2x / 2.1x faster for GCN. Attention convs,
+``max``-style aggregations, user convs and CUDA tensors (not measured) keep
+``edge_index``; ``torch.compile`` keeps it too (a CSR product has data-dependent sizes
+and breaks a full graph), as does CPU autocast (the sparse products take no bfloat16).
+
 Outputs and gradients equal PyG's trimmed (and untrimmed) forward for the rows kept, up
 to rounding, with two exceptions that depend on which rows a layer computes (as with
 DGL's blocks): batch statistics (``BatchNorm`` and PyG's graph-mode norms in training
@@ -37,12 +53,13 @@ loop of sampled training, JOESTAR's PBS included.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn.conv import GCNConv
+from torch_geometric.nn.conv import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from lightgraph.nn.aggregation_order import AGGREGATE_FIRST, get_order
@@ -60,6 +77,12 @@ _PAIR_CONVS = (
     "EdgeConv",
 )
 _TAKES_PAIR: dict[type, bool] = {}
+
+#: Convs whose ``message_and_aggregate`` multiplies a torch.sparse ``adj_t`` (PyG's
+#: ``spmm``), for the aggregations in :data:`_CSR_AGGRS`; exact types only (a subclass
+#: may change ``message``). Attention convs (``GATConv``, ...) have no such product.
+_CSR_CONVS: tuple[type, ...] = (SAGEConv, GraphConv, GINConv)
+_CSR_AGGRS = ("add", "sum", "mean")
 
 
 def check_layered_gnn(owner: str, model: nn.Module, why: str) -> str | None:
@@ -100,6 +123,59 @@ def _takes_pair(conv: nn.Module) -> bool:
     return known
 
 
+def _csr_allowed(x: Tensor) -> bool:
+    """Whether the block may aggregate through a CSR ``adj_t``: measured faster on CPU only;
+    not under ``torch.compile`` (no sparse tracing) nor autocast (mixed dtypes)."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
+        and not torch.compiler.is_compiling()
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def _aggregates_through_csr(conv: nn.Module) -> bool:
+    aggr = getattr(conv, "aggr", None)
+    return (
+        type(conv) in _CSR_CONVS
+        and isinstance(aggr, str)
+        and aggr in _CSR_AGGRS
+        and bool(getattr(conv, "fuse", False))
+        and not getattr(conv, "explain", False)
+    )
+
+
+def _block_csr(
+    edge_index: Tensor, num_dst: int, num_src: int, value: Tensor | None, dtype: torch.dtype
+) -> Tensor | None:
+    """The block's ``adj_t`` (``[num_dst, num_src]`` torch.sparse CSR, ``adj_t[dst, src]``,
+    values ``value`` or ones); ``None`` (use ``edge_index``) without edges or with an index
+    out of range, so PyG's own path reports it.
+
+    Edges grouped by target in ascending order (the sampler's hop-ordered layout) need no
+    sort: the row pointer is a bincount and a cumulative sum, O(E); other orders are sorted
+    by target first (stable, so each row keeps its edges' order).
+    """
+    num_edges = edge_index.size(1)
+    if num_edges == 0:
+        return None
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    if not bool((dst[1:] >= dst[:-1]).all()):
+        perm = torch.sort(dst, stable=True).indices
+        src, dst = src[perm], dst[perm]
+        value = None if value is None else value[perm]
+    lo, hi = src.aminmax()
+    if int(dst[0]) < 0 or int(dst[-1]) >= num_dst or int(lo) < 0 or int(hi) >= num_src:
+        return None
+    crow = dst.new_zeros(num_dst + 1)
+    torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=crow[1:])
+    if value is None:
+        value = torch.ones(num_edges, dtype=dtype, device=dst.device)
+    with warnings.catch_warnings():  # torch: "Sparse CSR tensor support is in beta state"
+        warnings.filterwarnings("ignore", ".*Sparse CSR tensor support", UserWarning)
+        return torch.sparse_csr_tensor(crow, src, value, (num_dst, num_src), check_invariants=False)
+
+
 def _gcn_to_destinations(conv: GCNConv, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
     """``GCNConv`` over a bipartite block: its normalised propagation into ``num_dst`` rows.
 
@@ -123,13 +199,20 @@ def _gcn_to_destinations(conv: GCNConv, x: Tensor, edge_index: Tensor, num_dst: 
             # The self-loops of sources that are not destinations only feed rows dropped here.
             keep = edge_index[1] < num_dst
             edge_index, weight = edge_index[:, keep], weight[keep]
+    adj: Tensor = edge_index
+    size: tuple[int, int] | None = (num_src, num_dst)
+    if _csr_allowed(x) and conv.fuse and not conv.explain:
+        # The weights become the CSR's values (PyG's spmm: sum of weight * x_j).
+        adj_t = _block_csr(edge_index, num_dst, num_src, weight, x.dtype)
+        if adj_t is not None:
+            adj, weight, size = adj_t, None, None
     if get_order(conv) == AGGREGATE_FIRST:
         # The order :func:`~lightgraph.nn.aggregation_order.set_order` chose: propagate the
         # inputs, then transform only the destinations' rows.
-        out = conv.propagate(edge_index, x=x, edge_weight=weight, size=(num_src, num_dst))
+        out = conv.propagate(adj, x=x, edge_weight=weight, size=size)
         out = conv.lin(out)
     else:
-        out = conv.propagate(edge_index, x=conv.lin(x), edge_weight=weight, size=(num_src, num_dst))
+        out = conv.propagate(adj, x=conv.lin(x), edge_weight=weight, size=size)
     if conv.bias is not None:
         out = out + conv.bias
     return out
@@ -157,6 +240,12 @@ def conv_to_destinations(conv: nn.Module, x: Tensor, edge_index: Tensor, num_dst
       conv with ``flow="target_to_source"``: the fallback
       ``conv(x, edge_index)[:num_dst]`` -- correct, but it computes every row.
 
+    On CPU in float32/float64 (outside ``torch.compile`` and autocast), ``SAGEConv``,
+    ``GraphConv`` and ``GINConv`` with a mean or sum aggregation, and ``GCNConv``, get a
+    ``[num_dst, num_src]`` torch.sparse CSR ``adj_t`` in place of ``edge_index`` (O(E) to
+    build when the edges are grouped by target in ascending order, a stable sort
+    otherwise); see the module docstring.
+
     Args:
         conv: a PyG message-passing layer, called without edge weights or features.
         x: ``[num_src, in_channels]`` features of the block's nodes, destinations first.
@@ -168,6 +257,10 @@ def conv_to_destinations(conv: nn.Module, x: Tensor, edge_index: Tensor, num_dst
     """
     if getattr(conv, "flow", "source_to_target") == "source_to_target":
         if _takes_pair(conv):
+            if _aggregates_through_csr(conv) and _csr_allowed(x):
+                adj_t = _block_csr(edge_index, num_dst, x.size(0), None, x.dtype)
+                if adj_t is not None:
+                    return conv((x, x[:num_dst]), adj_t)
             return conv((x, x[:num_dst]), edge_index)
         if type(conv) is GCNConv:  # a subclass may change the math: the fallback
             return _gcn_to_destinations(conv, x, edge_index, num_dst)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
-from torch_geometric.nn.conv import GCNConv
+from torch_geometric.nn.conv import GATConv, GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 from torch_geometric.typing import PairTensor
@@ -51,6 +51,14 @@ class SquareConv(MessagePassing):
 
     def message(self, x_j: Tensor, w_j: Tensor) -> Tensor:
         return w_j * x_j
+
+
+class GraphConvNet(BasicGNN):
+    supports_edge_weight = True
+    supports_edge_attr = False
+
+    def init_conv(self, in_channels, out_channels, **kwargs):
+        return GraphConv(in_channels, out_channels, **kwargs)
 
 
 class PairNet(BasicGNN):
@@ -377,3 +385,144 @@ def test_bad_arguments_are_named():
     cached = _model(GCN, cached=True)
     with pytest.raises(ValueError, match="cached=False"):
         destination_forward(cached, xs, local, nph, eph)
+
+
+# -------------------------------------------------------------- CSR aggregation
+def _block(shuffle: bool):
+    """A bipartite block: 12 sources, 5 destinations (destination 4 without in-edges),
+    edges grouped by target (the sampler's layout) or in a shuffled order."""
+    g = torch.Generator().manual_seed(3)
+    dst = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
+    src = torch.tensor([5, 6, 0, 7, 11, 8, 2, 9, 9, 3])  # a repeated edge, a self-loop
+    edge_index = torch.stack([src, dst])
+    if shuffle:
+        edge_index = edge_index[:, torch.randperm(dst.numel(), generator=g)]
+    x = torch.randn(12, 4, generator=g, dtype=torch.float64)
+    return x, edge_index, 5
+
+
+def _layouts(conv):
+    """Layouts of the adjacency each propagate of ``conv`` receives."""
+    seen: list = []
+    handle = conv.register_propagate_forward_pre_hook(
+        lambda _m, inputs: seen.append(inputs[0].layout)
+    )
+    return seen, handle
+
+
+CSR_CONVS = [
+    pytest.param(lambda: SAGEConv(4, 3), id="sage-mean"),
+    pytest.param(lambda: SAGEConv(4, 3, aggr="sum"), id="sage-sum"),
+    pytest.param(lambda: SAGEConv(4, 3, root_weight=False, normalize=True), id="sage-normalize"),
+    pytest.param(lambda: GraphConv(4, 3), id="graph-conv"),
+    pytest.param(lambda: GraphConv(4, 3, aggr="mean"), id="graph-conv-mean"),
+    pytest.param(lambda: GINConv(torch.nn.Linear(4, 3), train_eps=True), id="gin"),
+    pytest.param(lambda: GCNConv(4, 3), id="gcn"),
+    pytest.param(lambda: GCNConv(4, 3, improved=True), id="gcn-improved"),
+    pytest.param(lambda: GCNConv(4, 3, add_self_loops=False), id="gcn-no-loops"),
+    pytest.param(lambda: GCNConv(4, 3, normalize=False), id="gcn-unnormalised"),
+]
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["grouped", "shuffled"])
+@pytest.mark.parametrize("make", CSR_CONVS)
+def test_linear_aggregations_run_through_a_csr_and_equal_pyg(make, shuffle):
+    """Sum/mean convs and GCN aggregate over a torch.sparse CSR ``adj_t [num_dst,
+    num_src]``; outputs, parameter and input gradients equal PyG's own ``edge_index``
+    forward on the square graph (float64)."""
+    torch.manual_seed(0)
+    conv = make().double()
+    x, edge_index, num_dst = _block(shuffle)
+    weight = torch.randn(num_dst, 3, generator=torch.Generator().manual_seed(4), dtype=x.dtype)
+
+    seen, handle = _layouts(conv)
+    out, grads, x_grad = _run(
+        lambda xi: conv_to_destinations(conv, xi, edge_index, num_dst), conv, x, weight
+    )
+    handle.remove()
+    assert seen == [torch.sparse_csr]
+    ref, ref_grads, ref_x_grad = _run(
+        lambda xi: conv(xi, edge_index)[:num_dst], conv, x, weight
+    )
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 0
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(x_grad, ref_x_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs",
+    [(GraphSAGE, {}), (GraphSAGE, {"aggr": "sum"}), (GIN, {}), (GCN, {}), (GraphConvNet, {})],
+)
+def test_destination_forward_aggregates_every_layer_through_a_csr(cls, kwargs):
+    x, edge_index = _graph()
+    model = _model(cls, **kwargs).eval()
+    nodes, local, nph, eph = _full_sample(edge_index, SEEDS, L)
+    weight = torch.randn(len(SEEDS), 3, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    seen: list = []
+    handles = [
+        conv.register_propagate_forward_pre_hook(lambda _m, i: seen.append(i[0].layout))
+        for conv in model.convs
+    ]
+    out, grads, x_grad = _run(
+        lambda xi: destination_forward(model, xi, local, nph, eph)[0], model, x[nodes], weight
+    )
+    for h in handles:
+        h.remove()
+    assert seen == [torch.sparse_csr] * L
+    kw = {"num_sampled_nodes_per_hop": nph, "num_sampled_edges_per_hop": eph}
+    ref, ref_grads, ref_x_grad = _run(
+        lambda xi: model(xi, local, **kw)[: len(SEEDS)], model, x[nodes], weight
+    )
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(x_grad, ref_x_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: GATConv(4, 3, heads=2), id="attention"),
+        pytest.param(lambda: SAGEConv(4, 3, aggr="max"), id="max"),
+        pytest.param(lambda: PairConv(4, 3), id="user-conv"),
+    ],
+)
+def test_attention_max_and_unknown_convs_keep_the_edge_index(make):
+    torch.manual_seed(0)
+    conv = make().double()
+    x, edge_index, num_dst = _block(False)
+    seen, handle = _layouts(conv)
+    out = conv_to_destinations(conv, x, edge_index, num_dst)
+    handle.remove()
+    assert seen == [torch.strided]
+    torch.testing.assert_close(out, conv(x, edge_index)[:num_dst])
+
+
+def test_compile_and_autocast_keep_the_edge_index():
+    """torch.compile does not trace sparse CSR products (a full graph fails on their
+    data-dependent sizes), and CPU autocast would feed bfloat16 rows to a float CSR: both
+    aggregate over ``edge_index``."""
+    torch.manual_seed(0)
+    conv = SAGEConv(4, 3)
+    x, edge_index, num_dst = _block(False)
+    x = x.float()
+    compiled = torch.compile(conv_to_destinations, backend="eager", fullgraph=True, dynamic=False)
+    torch.testing.assert_close(
+        compiled(conv, x, edge_index, num_dst), conv(x, edge_index)[:num_dst]
+    )
+    seen, handle = _layouts(conv)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        conv_to_destinations(conv, x, edge_index, num_dst)
+    handle.remove()
+    assert seen == [torch.strided]
+
+
+def test_an_index_out_of_range_is_reported_by_pyg_not_read_from_a_csr():
+    conv = SAGEConv(4, 3).double()
+    x, edge_index, num_dst = _block(False)
+    bad = edge_index.clone()
+    bad[0, 3] = x.size(0)  # a source past the last row
+    with pytest.raises((IndexError, RuntimeError)):
+        conv_to_destinations(conv, x, bad, num_dst)
