@@ -37,3 +37,35 @@ def tricky_graph(
     )
     partition = torch.arange(n) % num_parts
     return data, partition
+
+
+def hop_ordered_sample(
+    edges: list[tuple[int, int]], seeds: list[int], num_hops: int
+) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """Every in-neighbour (over ``edges``, ``(source, target)`` pairs) of every node up to
+    ``num_hops`` hops from ``seeds``, in PyG's hop-ordered layout: nodes ordered by the hop
+    that first reached them, edges grouped by the hop of their target.
+
+    Returns ``(nodes, local edge_index, nodes per hop, edges per hop)``.
+    """
+    hop = {s: 0 for s in seeds}
+    order, frontier = list(seeds), list(seeds)
+    nodes_per_hop, edges_per_hop, sampled = [len(seeds)], [], []
+    for h in range(num_hops):
+        new, count = [], 0
+        for v in frontier:
+            for u, w in edges:
+                if w != v:
+                    continue
+                sampled.append((u, v))
+                count += 1
+                if u not in hop:
+                    hop[u] = h + 1
+                    new.append(u)
+                    order.append(u)
+        nodes_per_hop.append(len(new))
+        edges_per_hop.append(count)
+        frontier = new
+    pos = {n: i for i, n in enumerate(order)}
+    local = torch.tensor([[pos[u] for u, _ in sampled], [pos[v] for _, v in sampled]])
+    return torch.tensor(order), local, nodes_per_hop, edges_per_hop

@@ -15,6 +15,7 @@ from torch_geometric.typing import PairTensor
 from torch_geometric.utils import to_undirected
 
 from lightgraph.nn.destination import conv_to_destinations, destination_forward
+from tests.graphs import hop_ordered_sample
 
 NUM_NODES, F_IN, L = 40, 5, 3
 SEEDS = [0, 7, 19]
@@ -89,28 +90,8 @@ def _graph() -> tuple[Tensor, Tensor]:
 def _full_sample(edge_index: Tensor, seeds: list[int], num_hops: int):
     """Every in-neighbour of every node up to ``num_hops`` hops (PyG's hop-ordered layout):
     nodes ordered by hop, edges grouped by the hop of their target."""
-    hop = {s: 0 for s in seeds}
-    order, frontier = list(seeds), list(seeds)
-    nodes_per_hop, edges_per_hop, sampled = [len(seeds)], [], []
     pairs = [(int(u), int(v)) for u, v in edge_index.t()]
-    for h in range(num_hops):
-        new, count = [], 0
-        for v in frontier:
-            for u, w in pairs:
-                if w != v:
-                    continue
-                sampled.append((u, v))
-                count += 1
-                if u not in hop:
-                    hop[u] = h + 1
-                    new.append(u)
-                    order.append(u)
-        nodes_per_hop.append(len(new))
-        edges_per_hop.append(count)
-        frontier = new
-    pos = {n: i for i, n in enumerate(order)}
-    local = torch.tensor([[pos[u] for u, _ in sampled], [pos[v] for _, v in sampled]])
-    return torch.tensor(order), local, nodes_per_hop, edges_per_hop
+    return hop_ordered_sample(pairs, seeds, num_hops)
 
 
 def _model(cls, **kwargs):

@@ -10,6 +10,7 @@ from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.nn.destination import destination_forward
 from lightgraph.nn.history import HistoricalEmbeddings
+from tests.graphs import hop_ordered_sample
 
 # Two partitions of 8 nodes: A = 0..7, B = 8..15; each a ring with chords, 4 cut edges.
 PART_A = list(range(8))
@@ -57,28 +58,10 @@ def _pbs_sample(edge_index, seeds, inner, num_hops):
     """
     inner_set = set(inner)
     edges = [(int(u), int(v)) for u, v in edge_index.t() if int(v) in inner_set]
-    hop = {s: 0 for s in seeds}
-    order, frontier = list(seeds), list(seeds)
-    nodes_per_hop, edges_per_hop, sampled = [len(seeds)], [], []
-    for h in range(num_hops):
-        new, count = [], 0
-        for v in frontier:
-            for u, w in edges:
-                if w != v:
-                    continue
-                sampled.append((u, v))
-                count += 1
-                if u not in hop:
-                    hop[u] = h + 1
-                    new.append(u)
-                    order.append(u)
-        nodes_per_hop.append(len(new))
-        edges_per_hop.append(count)
-        frontier = new
-    pos = {n: i for i, n in enumerate(order)}
-    local = torch.tensor([[pos[u] for u, _ in sampled], [pos[v] for _, v in sampled]])
+    nodes, local, nodes_per_hop, edges_per_hop = hop_ordered_sample(edges, seeds, num_hops)
+    order = nodes.tolist()
     is_halo = torch.tensor([n not in inner_set for n in order])
-    return torch.tensor(order), local, nodes_per_hop, edges_per_hop, is_halo
+    return nodes, local, nodes_per_hop, edges_per_hop, is_halo
 
 
 def _halo_index(is_halo, nodes_per_hop, num_layers):
