@@ -491,7 +491,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="skip the interleaved DGL baseline (it runs only where dgl imports)",
     )
     p.add_argument(
-        "--lbs-sweep", type=float, nargs="*", default=[0.125, 0.25, 1.0],
+        "--lbs-sweep",
+        type=float,
+        nargs="*",
+        default=[0.125, 0.25, 1.0],
         help="extra LBS ratios for the bytes-only pass",
     )
     p.add_argument("--bytes-only", action="store_true", help="only the loader-only pass")

@@ -611,9 +611,7 @@ class FlowPipeline:
                 out: Any = torch.cat(outputs)
             else:
                 assert self._eval_schedule is not None
-                out = self._run_schedule(
-                    self._eval_schedule, *args, return_outputs=self.is_last
-                )
+                out = self._run_schedule(self._eval_schedule, *args, return_outputs=self.is_last)
         runner.new_step()
         return mb.unpad(out) if self.is_last else None
 

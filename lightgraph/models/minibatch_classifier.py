@@ -127,9 +127,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         """
         nodes_per_hop = getattr(batch, "num_sampled_nodes", None)
         edges_per_hop = getattr(batch, "num_sampled_edges", None)
-        counts = (
-            bool(self.hparams.trim) and nodes_per_hop is not None and edges_per_hop is not None
-        )
+        counts = bool(self.hparams.trim) and nodes_per_hop is not None and edges_per_hop is not None
         halo_index = getattr(batch, "halo_index", None)
         if halo_index is not None or (counts and self._layered()):
             return destination_forward(

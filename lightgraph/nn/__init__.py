@@ -4,6 +4,7 @@ from lightgraph.nn.aggregation_order import get_order, profile_layer_orders, set
 from lightgraph.nn.attention import AttentionGraph, MultiheadGraphAttention, attend
 from lightgraph.nn.conv.gcn_propagation import GCNPropagation
 from lightgraph.nn.conv.partition_aware import PartitionAware
+from lightgraph.nn.destination import conv_to_destinations, destination_forward
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
     GroupBatchSampler,
@@ -11,7 +12,6 @@ from lightgraph.nn.early_exit import (
     early_exit_loss,
     exit_layers,
 )
-from lightgraph.nn.destination import conv_to_destinations, destination_forward
 from lightgraph.nn.history import HistoricalEmbeddings
 from lightgraph.nn.lm_encoder import LMEncoder
 from lightgraph.nn.models.basic_gnn import BasicGNN

@@ -101,8 +101,7 @@ def check_layered_gnn(owner: str, model: nn.Module, why: str) -> str | None:
     jk_mode = getattr(model, "jk_mode", None)
     if jk_mode not in (None, "last"):
         raise ValueError(
-            f"{owner}: expected a model with jk in (None, 'last') ({why}) but got "
-            f"jk={jk_mode!r}."
+            f"{owner}: expected a model with jk in (None, 'last') ({why}) but got jk={jk_mode!r}."
         )
     return jk_mode
 
@@ -277,9 +276,7 @@ def _check_counts(owner: str, name: str, value: Sequence[int]) -> list[int]:
         )
     out = [int(v) for v in value]
     if any(v < 0 for v in out):
-        raise ValueError(
-            f"{owner}: expected `{name}` to hold non-negative integers but got {out}."
-        )
+        raise ValueError(f"{owner}: expected `{name}` to hold non-negative integers but got {out}.")
     return out
 
 

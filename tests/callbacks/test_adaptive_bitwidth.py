@@ -20,8 +20,8 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightgraph.callbacks.adaptive_bitwidth import AdaptiveBitWidth
-from lightgraph.functional.loss_descent_rate import LossDescentRate
 from lightgraph.distributed.context import ParallelContext, ParallelContextHolder
+from lightgraph.functional.loss_descent_rate import LossDescentRate
 
 # ----------------------------------------------------------------------------- script
 # Scripted run with smoothing lambda = 0.5 and window delta = 2. The running average F_t is

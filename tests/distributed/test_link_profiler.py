@@ -64,4 +64,6 @@ def test_resolve_cost_model_expands_mappings_and_reuses_the_cache(tmp_path) -> N
         assert mapping.world_size == 2 and mapping.theta[0, 1] == pytest.approx(1e-9)
         assert result["reused"] == results[0]["profiled"]  # rank 0's saved model, read back
     with open(path) as f:
-        assert CommCostModel.from_dict(json.load(f)) == CommCostModel.from_dict(results[0]["profiled"])
+        assert CommCostModel.from_dict(json.load(f)) == CommCostModel.from_dict(
+            results[0]["profiled"]
+        )

@@ -422,9 +422,7 @@ def test_linear_aggregations_run_through_a_csr_and_equal_pyg(make, shuffle):
     )
     handle.remove()
     assert seen == [torch.sparse_csr]
-    ref, ref_grads, ref_x_grad = _run(
-        lambda xi: conv(xi, edge_index)[:num_dst], conv, x, weight
-    )
+    ref, ref_grads, ref_x_grad = _run(lambda xi: conv(xi, edge_index)[:num_dst], conv, x, weight)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     assert grads.keys() == ref_grads.keys() and len(grads) > 0
     for name in grads:

@@ -547,7 +547,9 @@ def test_check_fanouts() -> None:
         with pytest.raises(ValueError, match="`fanouts` to be a non-empty list"):
             check_fanouts(OWNER, bad)
     for bad, shown in (([15, 0], "0"), ([-2], "-2"), ([2.5], "2.5"), ([True], "True")):
-        with pytest.raises(ValueError, match=rf"`eval_fanouts\[\d\]` to be a positive integer or -1 .* got {shown}"):
+        with pytest.raises(
+            ValueError, match=rf"`eval_fanouts\[\d\]` to be a positive integer or -1 .* got {shown}"
+        ):
             check_fanouts(OWNER, bad, "eval_fanouts")
 
 
