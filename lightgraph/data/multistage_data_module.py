@@ -197,13 +197,11 @@ class MultistageDataModule(PartitionStoreDataModule):
         self.history = pbs and check_bool(owner, "history", _default(history, True))
         self.aot = check_bool(owner, "aot", aot)
         self.prefetch = check_bool(owner, "prefetch", prefetch)
-        self._graph: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._train: Tensor | None = None
         self._train_loader: MultistageLoader | None = None
         self._on_device: DeviceMacroBatch | None = None
         self._on_device_origin: StageOneBatch | None = None
         self._scratch: Tensor | None = None
-        self._graph_lock = threading.Lock()
         self._build_lock = threading.Lock()
         self._plan_lock = threading.Lock()
         self._plans: dict[int, list[tuple[Tensor, Tensor | None]]] = {}
@@ -222,21 +220,9 @@ class MultistageDataModule(PartitionStoreDataModule):
         """The whole graph, read into memory once (JOESTAR trains from host memory).
 
         The stage-1 thread and the main thread (warm fill, validation) may both ask first:
-        the read happens under a lock, once, and every caller gets the same copy.
+        :meth:`in_memory_graph` copies it under a lock, once, for every caller.
         """
-        graph = self._graph
-        if graph is None:
-            with self._graph_lock:
-                if self._graph is None:
-                    arrays = super().graph_arrays()
-                    self._graph = (
-                        arrays[0].clone(),
-                        arrays[1].clone(),
-                        arrays[2].clone(),
-                        arrays[3].clone(),
-                    )
-                graph = self._graph
-        return graph
+        return self.in_memory_graph()
 
     def _train_nodes(self) -> Tensor:
         if self._train is None:

@@ -22,6 +22,7 @@ Representation Learning*, MIT 2025); "the thesis" below means that one.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -108,6 +109,8 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         self.store: PartitionStore | None = None
         #: Bytes of training batches handed to the compute device (cumulative).
         self.h2d_bytes = 0.0
+        self._in_memory: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        self._in_memory_lock = threading.Lock()
 
     # --------------------------------------------------------------------- the cache
     def fingerprint(self) -> dict[str, Any]:
@@ -200,6 +203,22 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         """Whether ``x`` is the store's memory-mapped feature file itself (not a copy in
         memory): its rows are then gathered in ascending order."""
         return x.data_ptr() == self._store().features().data_ptr()
+
+    def in_memory_graph(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The store's whole graph (:meth:`graph_arrays` of the store) copied into memory, once.
+
+        Background threads (a sampler, a prefetcher) and the main thread (warm fill,
+        validation) may all ask first: the copy is made under a lock, once, and every
+        caller gets the same tensors.
+        """
+        graph = self._in_memory
+        if graph is None:
+            with self._in_memory_lock:
+                if self._in_memory is None:
+                    indptr, indices, x, y = PartitionStoreDataModule.graph_arrays(self)
+                    self._in_memory = (indptr.clone(), indices.clone(), x.clone(), y.clone())
+                graph = self._in_memory
+        return graph
 
     def full_graph(self) -> FullGraphBatch:
         """The whole graph (:meth:`graph_arrays`) for exact layer-wise evaluation."""
@@ -382,18 +401,15 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         self.fanouts = check_fanouts(owner, list(fanouts))
         self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
         self.storage = check_choice(owner, "storage", storage, STORAGE_MODES)
-        self._graph: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         self._train_loader: NeighborSamplingLoader | None = None
         self.pages = _PageCounter()
 
     def graph_arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The store's files, copied into memory once for ``storage="memory"`` (NS-Mem)."""
-        if self._graph is None:
-            arrays = super().graph_arrays()
-            if self.storage == "memory":
-                arrays = tuple(t.clone() for t in arrays)  # type: ignore[assignment]
-            self._graph = arrays
-        return self._graph
+        """The store's files: copied into memory once for ``storage="memory"`` (NS-Mem,
+        :meth:`in_memory_graph`), memory-mapped for ``storage="mmap"`` (NS-Ext)."""
+        if self.storage == "memory":
+            return self.in_memory_graph()
+        return super().graph_arrays()
 
     def train_loader(self) -> NeighborSamplingLoader:
         if self._train_loader is None:
