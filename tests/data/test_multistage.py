@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
-import time
 
 import pytest
 import torch
@@ -13,7 +11,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.data import MultistageDataModule, SyntheticGraph
 from lightgraph.data.multistage import MultistageLoader, StagedStep, StageOneBatch
-from lightgraph.data.store_data_module import PartitionStoreDataModule
+from tests.data.concurrency import check_graph_copied_once_under_concurrent_first_use
 
 DATASET = SyntheticGraph(num_nodes=800, avg_degree=6, num_features=8, train_ratio=0.3, seed=3)
 CPU = torch.device("cpu")
@@ -414,35 +412,9 @@ def test_unset_arguments_take_their_mode_defaults(tmp_path):
 
 # ------------------------------------------------------------------------- the graph
 def test_the_graph_is_read_into_memory_once_under_concurrent_first_use(tmp_path, monkeypatch):
-    dm = _module(tmp_path, first_stage="lbs")
-    reads: list[int] = []
-    read = PartitionStoreDataModule.graph_arrays
-
-    def slow_read(self):  # a slow disk: every thread that gets here reads the graph
-        reads.append(threading.get_ident())
-        time.sleep(0.05)
-        return read(self)
-
-    monkeypatch.setattr(PartitionStoreDataModule, "graph_arrays", slow_read)
-    threads = 6
-    start = threading.Barrier(threads)
-    got: list = [None] * threads
-
-    def first_use(i: int) -> None:
-        start.wait()
-        got[i] = dm.graph_arrays()
-
-    workers = [threading.Thread(target=first_use, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(timeout=30)
-    assert len(reads) == 1
-    assert all(g is got[0] for g in got)  # one copy, shared by every thread
-    indptr, indices, x, y = got[0]
-    store_indptr, store_indices = dm.store.csc()
-    assert torch.equal(indptr, store_indptr) and torch.equal(indices, store_indices)
-    assert torch.equal(x, dm.store.features()) and torch.equal(y, dm.store.labels())
+    check_graph_copied_once_under_concurrent_first_use(
+        _module(tmp_path, first_stage="lbs"), monkeypatch
+    )
 
 
 # ------------------------------------------------------------------- epoch length

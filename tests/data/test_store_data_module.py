@@ -18,6 +18,7 @@ from lightgraph.data import (
     SyntheticGraph,
     build_store,
 )
+from tests.data.concurrency import check_graph_copied_once_under_concurrent_first_use
 
 DATASET = SyntheticGraph(num_nodes=600, avg_degree=6, num_features=6, seed=1)
 
@@ -147,36 +148,7 @@ def test_only_the_stores_memory_map_is_gathered_in_sorted_order(tmp_path, storag
 
 
 def test_ns_mem_copies_the_graph_into_memory_once_under_concurrent_first_use(tmp_path, monkeypatch):
-    import threading
-    import time
-
     dm = NeighborSamplingDataModule(DATASET, storage="memory", cache_dir=str(tmp_path))
     dm.prepare_data()
     dm.setup("fit")
-    reads: list[int] = []
-    read = PartitionStoreDataModule.graph_arrays
-
-    def slow_read(self):  # a slow disk: every thread that gets here copies the graph
-        reads.append(threading.get_ident())
-        time.sleep(0.05)
-        return read(self)
-
-    monkeypatch.setattr(PartitionStoreDataModule, "graph_arrays", slow_read)
-    threads = 4
-    start = threading.Barrier(threads)
-    got: list = [None] * threads
-
-    def first_use(i: int) -> None:
-        start.wait()
-        got[i] = dm.graph_arrays()
-
-    workers = [threading.Thread(target=first_use, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(timeout=30)
-    assert len(reads) == 1
-    assert all(g is got[0] for g in got)
-    indptr, indices, x, y = got[0]
-    assert torch.equal(x, dm.store.features()) and torch.equal(y, dm.store.labels())
-    assert x.data_ptr() != dm.store.features().data_ptr()  # a copy, not the memory map
+    check_graph_copied_once_under_concurrent_first_use(dm, monkeypatch, threads=4)
