@@ -347,9 +347,15 @@ def make_node_buffer(num_nodes: int, device: torch.device | str | None = None) -
 
 @contextmanager
 def _intra_op_threads(threads: int | None) -> Iterator[None]:
-    """Torch's intra-op thread count set to ``threads`` for the block (``None``: unchanged)."""
+    """Torch's intra-op thread count set to ``threads`` for the block (``None``: unchanged).
+
+    Only on the main thread: the count is process-wide, so a sampler running in a
+    background thread (a prefetcher, a stage-1 thread) would change it under the main
+    thread's model step; there the process's setting is left as it is.
+    """
     before = torch.get_num_threads()
-    if threads is None or threads == before:
+    on_main = threading.current_thread() is threading.main_thread()
+    if threads is None or threads == before or not on_main:
         yield
         return
     torch.set_num_threads(threads)
@@ -464,6 +470,8 @@ def sample_neighbors(
         intra_op_threads: torch's intra-op threads while sampling (``torch.
             set_num_threads``, restored on return); ``None`` leaves torch's setting. The
             default 1 keeps a busy machine from collapsing the sampler's many small ops.
+            Applied on the main thread only: the setting is process-wide, and a sampler in
+            a background thread must not change it under the main thread's work.
 
     Returns:
         A :class:`NeighborSample` on the device of ``indptr``.

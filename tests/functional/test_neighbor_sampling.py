@@ -640,3 +640,31 @@ def test_sampling_runs_with_the_requested_intra_op_threads_and_restores_them(
     assert_same(a, b)  # the thread count does not change the sample
     with pytest.raises(ValueError, match="sample_neighbors: expected `intra_op_threads`"):
         sample_neighbors(indptr, indices, torch.arange(5), [3], intra_op_threads=0)
+
+
+def test_a_background_sampler_leaves_the_process_thread_count_alone(monkeypatch):
+    """torch's intra-op thread count is process-wide: a sampler running in a background
+    thread (prefetch, stage 1) must not change it under the main thread's model step."""
+    import threading
+
+    indptr, indices = to_csc(random_graph(), 60)
+    seen = []
+    real_expand = ns._expand
+
+    def expand(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_expand(*args, **kwargs)
+
+    monkeypatch.setattr(ns, "_expand", expand)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        worker = threading.Thread(
+            target=sample_neighbors, args=(indptr, indices, torch.arange(5), [3, 2])
+        )
+        worker.start()
+        worker.join(timeout=30)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 2]
