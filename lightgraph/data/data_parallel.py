@@ -1,0 +1,100 @@
+"""Data-parallel shards of sampled training: which targets, macro-batches or partition
+groups each rank trains in an epoch.
+
+Lightning injects a ``DistributedSampler`` only into ``torch.utils.data.DataLoader``; the
+sampled loaders of lightgraph are resumable iterables of their own, so they split the work
+themselves, with the rank and the number of replicas Lightning's own loaders use: the
+strategy's ``distributed_sampler_kwargs`` (``{"num_replicas": N, "rank": r}`` under
+``ddp``, ``ddp_spawn``, ``ddp_fork``, ``fsdp``, ... on any backend and any number of
+nodes; absent on a single device). Strategies that are not data parallel in the usual
+sense (graph parallelism: every rank holds a token shard of the *same* sequences) say so
+through the same property.
+
+Every split here is a pure function of the epoch's global order, which every rank draws
+from the same ``(seed, epoch)`` generator, so the ranks agree on it without talking, a
+resumed run draws the same shards, and one process (``world_size=1``) keeps its order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from lightgraph.utilities.checks import check_int
+
+
+class DataParallelShard(NamedTuple):
+    """This process's place among the data-parallel replicas."""
+
+    rank: int = 0
+    world_size: int = 1
+
+
+def data_parallel_shard(trainer: Any) -> DataParallelShard:
+    """``(rank, world_size)`` of the data-parallel replicas ``trainer`` runs.
+
+    Read from ``trainer.strategy.distributed_sampler_kwargs`` -- the rank and replica count
+    Lightning gives its own ``DistributedSampler`` -- and ``(0, 1)`` without a trainer or
+    for a strategy that has no such property (one device).
+    """
+    if trainer is None:
+        return DataParallelShard()
+    kwargs = getattr(getattr(trainer, "strategy", None), "distributed_sampler_kwargs", None)
+    if not kwargs:
+        return DataParallelShard()
+    world = int(kwargs.get("num_replicas", 1))
+    rank = int(kwargs.get("rank", 0))
+    return check_shard("data_parallel_shard", rank, world)
+
+
+def check_shard(owner: str, rank: Any, world_size: Any) -> DataParallelShard:
+    """A checked :class:`DataParallelShard`."""
+    world = check_int(owner, "world_size", world_size, low=1)
+    rank = check_int(owner, "rank", rank, low=0)
+    if rank >= world:
+        raise ValueError(
+            f"{owner}: expected `rank` in [0, {world - 1}] (world_size={world}) but got {rank}."
+        )
+    return DataParallelShard(rank, world)
+
+
+def shard_targets(order: Tensor, rank: int, world_size: int, batch_size: int) -> Tensor:
+    """Rank ``rank``'s share of an epoch's target ``order`` (every rank passes the same).
+
+    The order is cut into consecutive *global batches* of ``world_size * batch_size``
+    targets and rank ``r`` takes the ``r``-th ``batch_size`` slice of each: its step ``i``
+    holds the ``r``-th slice of global batch ``i``, so ``N`` ranks with batch ``b`` train
+    the global batches one process with batch ``N * b`` would. The last, shorter global
+    batch is split evenly; the ``len(order) % world_size`` targets at its end (at most
+    ``world_size - 1``) are dropped for this epoch -- the order is reshuffled every epoch,
+    so it drops others next time. Every rank gets ``len(order) // world_size`` targets,
+    hence the same number of steps. ``world_size=1`` returns ``order`` itself.
+    """
+    if world_size == 1:
+        return order
+    n = order.numel() // world_size * world_size
+    step = world_size * batch_size
+    full = n // step * step
+    head = order[:full].view(-1, world_size, batch_size)[:, rank].reshape(-1)
+    tail = order[full:n].view(world_size, -1)[rank]
+    return torch.cat([head, tail])
+
+
+def balance_groups(weights: list[int], world_size: int) -> list[list[int]]:
+    """Split items ``0 .. len(weights) - 1`` into ``world_size`` groups of nearly equal total
+    weight (longest-processing-time greedy: heaviest first, each to the lightest group;
+    ties to the lower index), each group in ascending item order.
+
+    The groups' totals differ by at most the largest single weight. Deterministic: every
+    rank computes the same groups from the same weights.
+    """
+    order = sorted(range(len(weights)), key=lambda i: (-int(weights[i]), i))
+    groups: list[list[int]] = [[] for _ in range(world_size)]
+    totals = [0] * world_size
+    for i in order:
+        g = min(range(world_size), key=lambda r: (totals[r], r))
+        groups[g].append(i)
+        totals[g] += int(weights[i])
+    return [sorted(g) for g in groups]
