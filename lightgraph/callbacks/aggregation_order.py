@@ -20,6 +20,7 @@ from lightgraph.nn.aggregation_order import (
     reorderable,
     set_order,
 )
+from lightgraph.nn.destination import profile_destination_orders
 from lightgraph.utilities.checks import check_bool, check_callable, check_int
 
 _OWNER = "AggregationOrder"
@@ -35,7 +36,11 @@ class AggregationOrder(pl.Callback):
     with the batch's ``x``, ``edge_index`` and -- when the module trims, as
     :class:`~lightgraph.models.MiniBatchNodeClassifier` does for PyG ``BasicGNN`` models
     -- its ``num_sampled_nodes``/``num_sampled_edges``: forward + backward of every
-    reorderable layer on its actual input, in both orders. Once profiled, each layer is
+    reorderable layer on its actual input, in both orders. When the module runs
+    destination-only layers (``MiniBatchNodeClassifier`` with a PyG ``BasicGNN``), each
+    layer is timed the way training runs it instead
+    (:func:`lightgraph.nn.destination.profile_destination_orders`): on its destination
+    rows only, over the bipartite block (a CSR ``adj_t`` on the CPU). Once profiled, each layer is
     set to the order with the smaller total time (PyG's native order on a tie) with
     :func:`~lightgraph.nn.aggregation_order.set_order`, which leaves parameter names and
     ``state_dict`` unchanged. Both orders compute the same layer (up to float rounding),
@@ -144,16 +149,35 @@ class AggregationOrder(pl.Callback):
         trims = bool(hparams.get("trim", True)) and hasattr(model, "_trim")
         if not trims or nodes is None or edges is None:
             nodes = edges = None
-        profile = profile_layer_orders(
-            model,
-            x,
-            edge_index,
-            nodes,
-            edges,
-            repeats=self.repeats,
-            timer=self.timer,
-            warmup=self.warmup,
+        # MiniBatchNodeClassifier's model_step runs a trimmed BasicGNN with jk None or
+        # "last" layer by layer, each on its destinations.
+        layered = hasattr(pl_module, "model_step") and getattr(model, "jk_mode", None) in (
+            None,
+            "last",
         )
+        if nodes is not None and edges is not None and layered:
+            # The module runs destination-only layers: time them on the same blocks.
+            profile = profile_destination_orders(
+                model,
+                x,
+                edge_index,
+                nodes,
+                edges,
+                repeats=self.repeats,
+                timer=self.timer,
+                warmup=self.warmup,
+            )
+        else:
+            profile = profile_layer_orders(
+                model,
+                x,
+                edge_index,
+                nodes,
+                edges,
+                repeats=self.repeats,
+                timer=self.timer,
+                warmup=self.warmup,
+            )
         for i, layer in profile.items():
             total = self.times.setdefault(i, dict.fromkeys(ORDERS, 0.0))
             for order in ORDERS:

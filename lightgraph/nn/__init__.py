@@ -4,7 +4,11 @@ from lightgraph.nn.aggregation_order import get_order, profile_layer_orders, set
 from lightgraph.nn.attention import AttentionGraph, MultiheadGraphAttention, attend
 from lightgraph.nn.conv.gcn_propagation import GCNPropagation
 from lightgraph.nn.conv.partition_aware import PartitionAware
-from lightgraph.nn.destination import conv_to_destinations, destination_forward
+from lightgraph.nn.destination import (
+    conv_to_destinations,
+    destination_forward,
+    profile_destination_orders,
+)
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
     GroupBatchSampler,
@@ -67,6 +71,7 @@ __all__ = [
     "conv_to_destinations",
     "destination_forward",
     "get_order",
+    "profile_destination_orders",
     "profile_layer_orders",
     "set_order",
 ]

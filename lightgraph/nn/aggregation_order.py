@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -303,11 +304,37 @@ def _map_tensors(value: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     return value
 
 
+#: Called with ``(layer, args, kwargs)`` when a layer is run.
+LayerRecorder = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
+#: ``observe(layers, record)``: a context manager inside which every run of one of
+#: ``layers`` is reported to ``record``.
+LayerObserver = Callable[[list[nn.Module], LayerRecorder], AbstractContextManager[Any]]
+
+
+@contextmanager
+def observe_module_calls(layers: list[nn.Module], record: LayerRecorder) -> Iterator[None]:
+    """Report every call of one of ``layers`` (its module forward pre-hook) to ``record``."""
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        record(module, args, kwargs)
+
+    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _capture_inputs(
-    model: nn.Module, targets: list[nn.Module], args: tuple[Any, ...], kwargs: dict[str, Any]
+    model: nn.Module,
+    targets: list[nn.Module],
+    forward: Callable[[], Any],
+    observe: LayerObserver = observe_module_calls,
 ) -> dict[int, tuple[tuple[Any, ...], dict[str, Any], bool]]:
-    """Run ``model`` once and record, for every target layer, the (detached) arguments it
-    receives and whether its input requires grad in training.
+    """Run ``forward()`` once and record, for every target layer, the (detached) arguments
+    of its first run (as ``observe`` reports it) and whether its input requires grad in
+    training.
 
     The model runs in its current mode (dropout, trimming and all) with autograd on, so
     each layer sees the input it sees in training, ``requires_grad`` included: ``False``
@@ -315,28 +342,22 @@ def _capture_inputs(
     (e.g. batch-norm statistics) are restored afterwards.
     """
     captured: dict[int, tuple[tuple[Any, ...], dict[str, Any], bool]] = {}
+    position = {id(conv): i for i, conv in enumerate(targets)}
 
     def detach(t: Tensor) -> Tensor:
         return t.detach()
 
-    def hook(index: int) -> Callable[..., None]:
-        def record(_module: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
-            if index not in captured and a:
-                needs_grad = any(t.requires_grad for t in _flat(a[0]))
-                captured[index] = (_map_tensors(a, detach), _map_tensors(kw, detach), needs_grad)
+    def record(module: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        index = position.get(id(module))
+        if index is not None and index not in captured and a:
+            needs_grad = any(t.requires_grad for t in _flat(a[0]))
+            captured[index] = (_map_tensors(a, detach), _map_tensors(kw, detach), needs_grad)
 
-        return record
-
-    handles = [
-        conv.register_forward_pre_hook(hook(i), with_kwargs=True) for i, conv in enumerate(targets)
-    ]
     saved = [(b, b.detach().clone()) for b in model.buffers()]
     try:
-        with torch.enable_grad():
-            model(*args, **kwargs)  # the graph is dropped at once: nothing runs backward
+        with observe(targets, record), torch.enable_grad():
+            forward()  # the graph is dropped at once: nothing runs backward
     finally:
-        for handle in handles:
-            handle.remove()
         with torch.no_grad():
             for buffer, value in saved:
                 buffer.copy_(value)
@@ -412,14 +433,46 @@ def profile_layer_orders(
         kwargs["num_sampled_nodes_per_hop"] = [int(n) for n in num_sampled_nodes]
         kwargs["num_sampled_edges_per_hop"] = [int(e) for e in num_sampled_edges]
 
+    return profile_captured_orders(
+        model,
+        lambda: model(x, edge_index, **kwargs),
+        lambda conv, args, kw: conv(*args, **kw),
+        repeats=repeats,
+        timer=timer,
+        warmup=warmup,
+        device=x.device,
+    )
+
+
+def profile_captured_orders(
+    model: nn.Module,
+    forward: Callable[[], Any],
+    call: Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], Tensor],
+    repeats: int = 3,
+    timer: Callable[[], float] = time.perf_counter,
+    warmup: int = 1,
+    device: torch.device | None = None,
+    observe: LayerObserver = observe_module_calls,
+) -> dict[int, LayerOrderProfile]:
+    """The timing core of :func:`profile_layer_orders`, for any way of running the layers.
+
+    ``forward()`` runs the model once (autograd on, random streams and buffers restored
+    afterwards) while ``observe`` reports each run of a reorderable layer of
+    :func:`conv_layers` (by default its module call); the arguments of every layer's
+    first run are kept, and ``call(layer, args, kwargs)`` then runs it on them, forward
+    and backward, in both orders. E.g.
+    :func:`lightgraph.nn.destination.profile_destination_orders` times each layer as
+    training on a sampled mini-batch runs it: on its destination rows only.
+    """
     layers = [(i, conv) for i, conv in enumerate(conv_layers(model)) if reorderable(conv)]
     if not layers:
         return {}
     original = {i: cast(str, get_order(conv)) for i, conv in layers}  # all reorderable
-    devices = [x.device] if x.device.type == "cuda" else []
+    on_device = device if device is not None else torch.device("cpu")
+    devices = [on_device] if on_device.type == "cuda" else []
     result: dict[int, LayerOrderProfile] = {}
     with torch.random.fork_rng(devices=devices):
-        captured = _capture_inputs(model, [c for _, c in layers], (x, edge_index), kwargs)
+        captured = _capture_inputs(model, [c for _, c in layers], forward, observe)
         try:
             for position, (i, conv) in enumerate(layers):
                 if position not in captured:  # not called on this batch
@@ -435,7 +488,7 @@ def profile_layer_orders(
                         args[0],
                         lambda t: t.detach().requires_grad_(needs_grad and t.is_floating_point()),
                     )
-                    out = conv(inp, *args[1:], **kw)
+                    out = call(conv, (inp, *args[1:]), kw)
                     leaves = params + (
                         [t for t in _flat(inp) if t.requires_grad] if needs_grad else []
                     )
@@ -453,10 +506,10 @@ def profile_layer_orders(
                 for _ in range(repeats):
                     for order in ORDERS:
                         set_order(conv, order)
-                        _sync(x.device)
+                        _sync(on_device)
                         start = timer()
                         run()
-                        _sync(x.device)
+                        _sync(on_device)
                         times[order].append(float(timer() - start))
                 median = {order: statistics.median(times[order]) for order in ORDERS}
                 native = cast(str, native_order(conv))

@@ -53,8 +53,10 @@ loop of sampled training, JOESTAR's PBS included.
 from __future__ import annotations
 
 import inspect
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -62,9 +64,22 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from lightgraph.nn.aggregation_order import AGGREGATE_FIRST, get_order
+from lightgraph.nn.aggregation_order import (
+    AGGREGATE_FIRST,
+    LayerOrderProfile,
+    LayerRecorder,
+    get_order,
+    profile_captured_orders,
+)
+from lightgraph.utilities.checks import check_callable, check_int
 
-__all__ = ["check_layered_gnn", "conv_to_destinations", "destination_forward"]
+__all__ = [
+    "check_layered_gnn",
+    "conv_to_destinations",
+    "destination_forward",
+    "observe_blocks",
+    "profile_destination_orders",
+]
 
 #: PyG convs known to give their square-graph result for a pair ``(x, x[:num_dst])``.
 _PAIR_CONVS = (
@@ -217,6 +232,62 @@ def _gcn_to_destinations(conv: GCNConv, x: Tensor, edge_index: Tensor, num_dst: 
     return out
 
 
+#: Recorders told of every :func:`conv_to_destinations` call (see :func:`observe_blocks`).
+_BLOCK_OBSERVERS: list[LayerRecorder] = []
+
+
+@contextmanager
+def observe_blocks(layers: list[nn.Module], record: LayerRecorder) -> Iterator[None]:
+    """Inside the block, report every :func:`conv_to_destinations` call as
+    ``record(conv, (x, edge_index, num_dst), {})`` (a
+    :data:`~lightgraph.nn.aggregation_order.LayerObserver`; ``record`` filters ``layers``)."""
+    _BLOCK_OBSERVERS.append(record)
+    try:
+        yield
+    finally:
+        _BLOCK_OBSERVERS.remove(record)
+
+
+def profile_destination_orders(
+    model: nn.Module,
+    x: Tensor,
+    edge_index: Tensor,
+    num_sampled_nodes: Sequence[int],
+    num_sampled_edges: Sequence[int],
+    repeats: int = 3,
+    timer: Callable[[], float] = time.perf_counter,
+    warmup: int = 1,
+) -> dict[int, LayerOrderProfile]:
+    """:func:`~lightgraph.nn.aggregation_order.profile_layer_orders` for destination-only
+    layers: every reorderable layer is timed, forward and backward in both orders, as
+    :func:`destination_forward` runs it on this sampled mini-batch -- through
+    :func:`conv_to_destinations`, on its destination rows only (a bipartite block, over a
+    CSR ``adj_t`` where that path applies), with the input the preceding layers give it.
+
+    Args:
+        model: a PyG ``BasicGNN`` that :func:`destination_forward` accepts.
+        x, edge_index, num_sampled_nodes, num_sampled_edges: the mini-batch, as
+            :func:`destination_forward` takes it.
+        repeats, timer, warmup: as for ``profile_layer_orders``.
+    """
+    owner = "profile_destination_orders"
+    check_int(owner, "repeats", repeats, low=1)
+    check_int(owner, "warmup", warmup, low=0)
+    check_callable(owner, "timer", timer, hint="e.g. time.perf_counter")
+    nodes = _check_counts(owner, "num_sampled_nodes", num_sampled_nodes)
+    edges = _check_counts(owner, "num_sampled_edges", num_sampled_edges)
+    return profile_captured_orders(
+        model,
+        lambda: destination_forward(model, x, edge_index, nodes, edges),
+        lambda conv, args, kwargs: conv_to_destinations(conv, *args),
+        repeats=repeats,
+        timer=timer,
+        warmup=warmup,
+        device=x.device,
+        observe=observe_blocks,
+    )
+
+
 def conv_to_destinations(conv: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
     """One layer over a bipartite block: outputs of the first ``num_dst`` nodes only.
 
@@ -254,6 +325,8 @@ def conv_to_destinations(conv: nn.Module, x: Tensor, edge_index: Tensor, num_dst
     Returns:
         ``[num_dst, out_channels]``.
     """
+    for record in tuple(_BLOCK_OBSERVERS):
+        record(conv, (x, edge_index, num_dst), {})
     if getattr(conv, "flow", "source_to_target") == "source_to_target":
         if _takes_pair(conv):
             if _aggregates_through_csr(conv) and _csr_allowed(x):

@@ -78,8 +78,10 @@ class _FakeClock:
         self.reads = 0
 
     def attach(self, model):
+        # Every way of running a layer (its module call, or the destination-only GCN block,
+        # which calls `propagate` directly) propagates once.
         for i, conv in enumerate(conv_layers(model)):
-            conv.register_forward_hook(lambda m, a, o, i=i: self._tick(i, m))
+            conv.register_propagate_forward_hook(lambda m, a, o, i=i: self._tick(i, m))
 
     def _tick(self, i, conv):
         self.now += self.cost[i][get_order(conv)]
@@ -226,18 +228,25 @@ def test_the_profiled_batch_is_the_training_batch_with_its_trimming(monkeypatch,
     import lightgraph.callbacks.aggregation_order as module_under_test
 
     calls = []
-    profile = module_under_test.profile_layer_orders
 
-    def spy(model, x, edge_index, nodes=None, edges=None, **kwargs):
-        calls.append((model, x, edge_index, nodes, edges))
-        return profile(model, x, edge_index, nodes, edges, **kwargs)
+    def spy_on(name):
+        profile = getattr(module_under_test, name)
 
-    monkeypatch.setattr(module_under_test, "profile_layer_orders", spy)
+        def spy(model, x, edge_index, nodes=None, edges=None, **kwargs):
+            calls.append((name, model, x, edge_index, nodes, edges))
+            return profile(model, x, edge_index, nodes, edges, **kwargs)
+
+        monkeypatch.setattr(module_under_test, name, spy)
+
+    spy_on("profile_layer_orders")
+    spy_on("profile_destination_orders")
     module = _module()
     module.hparams.trim = trim
     batches = _batches()
     _trainer(AggregationOrder(repeats=1)).fit(module, DataLoader(batches, batch_size=None))
-    ((model, x, edge_index, nodes, edges),) = calls
+    ((name, model, x, edge_index, nodes, edges),) = calls
+    # A trimming module runs destination-only layers, and they are profiled as such.
+    assert name == ("profile_destination_orders" if trim else "profile_layer_orders")
     assert model is module.model
     assert torch.equal(x, batches[0].x) and torch.equal(edge_index, batches[0].edge_index)
     if trim:
@@ -256,3 +265,22 @@ def test_log_false_logs_nothing_in_a_real_fit(log):
     trainer.fit(module, _loader())
     logged = [k for k in trainer.callback_metrics if k.startswith("aggregation_order/")]
     assert bool(logged) is log
+
+
+@pytest.mark.parametrize("cls", [GraphSAGE, GCN])
+def test_layers_are_profiled_on_the_destination_rows_training_gives_them(cls):
+    """Each layer is timed on the destination-only block training runs (its aggregation
+    writes only the destinations' rows), not on the whole trimmed subgraph."""
+    module = _module(cls)
+    batch = _batches(1)[0]
+    nodes, hops = list(batch.num_sampled_nodes), len(batch.num_sampled_edges)
+    callback = AggregationOrder(repeats=1, warmup=0, log=False)
+    _trainer(callback, limit_train_batches=1).fit(module, DataLoader([batch], batch_size=None))
+    rows: dict[int, set[int]] = {i: set() for i in range(3)}
+    for i, conv in enumerate(module.model.convs):
+        conv.register_propagate_forward_hook(
+            lambda m, inputs, out, i=i: rows[i].add(int(out.size(0)))
+        )
+    callback._profile(module, batch)
+    for i in range(3):
+        assert rows[i] == {sum(nodes[: hops - i])}, f"layer {i}"
