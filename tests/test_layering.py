@@ -286,3 +286,42 @@ def test_the_checker_counts_imports_in_a_module_getattr() -> None:
         )
     )
     assert [t for _, t in visitor.found] == ["lightgraph.distributed.sequence_parallel"]
+
+
+def _data_modules() -> set[str]:
+    """The ``lightgraph.data`` modules that define a ``LightningDataModule``, and the
+    package-level names of those classes (``lightgraph.data.<Class>``)."""
+    import importlib
+    import inspect
+
+    from lightning.pytorch import LightningDataModule
+
+    out = set()
+    for module, _ in _modules():
+        if _package(module) != "data" or module == "lightgraph.data":
+            continue
+        for name, obj in vars(importlib.import_module(module)).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, LightningDataModule)
+                and obj.__module__ == module
+            ):
+                out |= {module, f"lightgraph.data.{name}"}
+    return out
+
+
+def test_strategies_import_no_data_module() -> None:
+    # A strategy tells data modules what they need through a property they read from
+    # `trainer.strategy` (Lightning's `distributed_sampler_kwargs` convention, and
+    # `sequence_parallel_kwargs`); it never imports or probes a data module type.
+    forbidden = _data_modules()
+    assert {"lightgraph.data.node_sequence", "lightgraph.data.NodeSequenceDataModule"} <= forbidden
+    found, names = _module_imports()
+    violations = [
+        f"{module}:{line} imports {target}"
+        for module in sorted(found)
+        if _package(module) == "strategies"
+        for line, target in found[module] + names[module]
+        if target in forbidden
+    ]
+    assert not violations, "strategies importing data modules:\n" + "\n".join(violations)

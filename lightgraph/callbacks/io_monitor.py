@@ -51,6 +51,15 @@ class IOMonitor(pl.Callback):
       than ``nodes_loaded`` with ahead-of-time filtering); ``io/stage1_seconds``: host time
       of first-stage sampling (in the background thread).
 
+    Under data parallelism (or any multi-process strategy) every value is global, the
+    same on every rank: counters (bytes, calls, pages, targets, nodes, batches) are summed
+    over the processes, times (``*_seconds``) take their maximum (the slowest rank), and the
+    ratios are those of the summed numerator and denominator (not a mean of per-rank
+    ratios); ``io/dropped_targets`` (training targets no rank trains this epoch, so that
+    every rank takes the same number of steps; see the sampled data modules) is counted
+    for the whole job on every rank and logged once. ``io/pages_touched`` sums each process's distinct pages: a page two ranks touch
+    counts twice. :attr:`history` holds the same global values.
+
     Args:
         prog_bar: also show ``io/bytes_read`` in the progress bar.
     """
@@ -69,7 +78,12 @@ class IOMonitor(pl.Callback):
         "h2d_bytes",
         "nodes_moved",
         "stage1_seconds",
+        "dropped_targets",
     )
+    #: Per-epoch values that are not differences of cumulative counters.
+    _EPOCH_KEYS = ("pages_touched", "device_read_bytes")
+    #: Counters every rank reports for the whole job (the same number): maxed, not summed.
+    _GLOBAL_KEYS = ("dropped_targets",)
 
     def __init__(self, prog_bar: bool = False) -> None:
         self.prog_bar = check_bool("IOMonitor", "prog_bar", prog_bar)
@@ -110,6 +124,7 @@ class IOMonitor(pl.Callback):
             )
         self._start, self._proc_start = now, proc
         self._new_epoch(trainer)
+        delta = self._reduce(trainer, pl_module, delta)
         targets = delta.get("targets", 0.0)
         if targets > 0:
             if "nodes_loaded" in delta:
@@ -118,9 +133,42 @@ class IOMonitor(pl.Callback):
             delta["bytes_per_target"] = storage / targets
         self.history.append(delta)
         for key, value in delta.items():
+            # The values are already global and equal on every rank: Lightning's own epoch-end
+            # reduction (max) keeps them as they are, and knows they are synchronised.
             pl_module.log(
                 f"io/{key}",
                 torch.tensor(float(value), dtype=torch.float64),
                 prog_bar=self.prog_bar and key == "bytes_read",
                 on_epoch=True,
+                sync_dist=True,
+                reduce_fx="max",
             )
+
+    @classmethod
+    def _reduce(
+        cls, trainer: pl.Trainer, pl_module: pl.LightningModule, delta: dict[str, float]
+    ) -> dict[str, float]:
+        """The epoch's values over every process: times maxed, everything else summed.
+
+        A key any process reports is reported (its missing values count as 0), so every
+        rank logs the same keys. Two collectives; one process gets ``delta`` back unchanged.
+        """
+        if trainer.world_size == 1:
+            return delta
+        keys = cls._KEYS + cls._EPOCH_KEYS
+        values = torch.tensor(
+            [float(delta.get(k, 0.0)) for k in keys], dtype=torch.float64, device=pl_module.device
+        )
+        present = torch.tensor(
+            [float(k in delta) for k in keys], dtype=torch.float64, device=pl_module.device
+        )
+        # `reduce` may work in place: each call gets a tensor of its own.
+        summed = trainer.strategy.reduce(torch.cat([values, present]), reduce_op="sum")
+        maxed = trainer.strategy.reduce(values.clone(), reduce_op="max")
+        summed, maxed = summed.tolist(), maxed.tolist()
+        n = len(keys)
+        return {
+            k: maxed[i] if k.endswith("_seconds") or k in cls._GLOBAL_KEYS else summed[i]
+            for i, k in enumerate(keys)
+            if summed[n + i] > 0
+        }

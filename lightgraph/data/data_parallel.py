@@ -82,15 +82,23 @@ def shard_targets(order: Tensor, rank: int, world_size: int, batch_size: int) ->
     return torch.cat([head, tail])
 
 
-def balance_groups(weights: list[int], world_size: int) -> list[list[int]]:
+def balance_groups(
+    weights: list[int], world_size: int, order: list[int] | None = None
+) -> list[list[int]]:
     """Split items ``0 .. len(weights) - 1`` into ``world_size`` groups of nearly equal total
     weight (longest-processing-time greedy: heaviest first, each to the lightest group;
     ties to the lower index), each group in ascending item order.
 
-    The groups' totals differ by at most the largest single weight. Deterministic: every
-    rank computes the same groups from the same weights.
+    ``order`` places the items in that order instead of heaviest first (e.g. an epoch's
+    shuffle, so that the groups change from epoch to epoch; heaviest first balances
+    tighter but gives the same groups for the same weights).
+
+    The groups' totals differ by at most the largest single weight, in any order (an item
+    only ever joins the lightest group). Deterministic: every rank computes the same groups
+    from the same weights and order.
     """
-    order = sorted(range(len(weights)), key=lambda i: (-int(weights[i]), i))
+    if order is None:
+        order = sorted(range(len(weights)), key=lambda i: (-int(weights[i]), i))
     groups: list[list[int]] = [[] for _ in range(world_size)]
     totals = [0] * world_size
     for i in order:

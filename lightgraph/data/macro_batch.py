@@ -18,6 +18,12 @@ macro-batch, pass, mini-batch)``, so the prefetching loader, a serial one and a 
 resumed from :meth:`MacroBatchLoader.state_dict` yield identical batches.
 With ``adaptive_reuse`` the number of passes depends on how long reading takes, which is
 the point, and is therefore not reproducible.
+
+Under data parallelism every rank draws the same shuffle of the partitions, splits them
+into ``world_size`` groups of nearly equal training-target count (which change with the
+shuffle), and cuts *its* group, in the shuffled order, into macro-batches: each rank
+reads and reuses only its own share of the store. :func:`shard_macro_batches` is that
+plan, with the rule that gives every rank the same number of steps.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from lightgraph.data.data_parallel import balance_groups, check_shard
 from lightgraph.data.minibatch import make_generator, sample_minibatch
 from lightgraph.functional.neighbor_sampling import (
     NODE_BUFFER_MAX_NODES,
@@ -93,6 +100,9 @@ class MacroBatchStats:
     nodes_loaded: int = 0
     read_seconds: float = 0.0
     wait_seconds: float = 0.0
+    #: Training targets left out to give every data-parallel rank the same number of steps
+    #: (see :func:`shard_macro_batches`; counted when an epoch starts; 0 on one process).
+    dropped_targets: int = 0
     passes_per_macro_batch: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
@@ -104,6 +114,7 @@ class MacroBatchStats:
             "nodes_loaded": float(self.nodes_loaded),
             "read_seconds": self.read_seconds,
             "wait_seconds": self.wait_seconds,
+            "dropped_targets": float(self.dropped_targets),
         }
 
 
@@ -113,6 +124,87 @@ def macro_batch_schedule(
     """The macro-batches of ``epoch``: a shuffle of the partition ids cut into groups."""
     perm = torch.randperm(num_parts, generator=make_generator(seed, "parts", epoch)).tolist()
     return [perm[i : i + parts_per_batch] for i in range(0, num_parts, parts_per_batch)]
+
+
+@dataclass(frozen=True)
+class PlannedMacroBatch:
+    """One macro-batch of a rank's epoch: its partitions, their training targets and how
+    many of those the rank trains (all but the ones left out to equalise steps)."""
+
+    parts: list[int]
+    targets: int
+    kept: int
+
+
+def shard_macro_batches(
+    perm: Sequence[int],
+    counts: Sequence[int],
+    parts_per_batch: int,
+    batch_size: int,
+    world_size: int,
+) -> list[list[PlannedMacroBatch]]:
+    """Every rank's macro-batches of one epoch, with equal numbers of mini-batches.
+
+    Args:
+        perm: the epoch's shuffle of the partition ids (the same on every rank).
+        counts: training targets of every partition.
+        parts_per_batch: partitions per macro-batch.
+        batch_size: targets per mini-batch.
+        world_size: number of ranks.
+
+    The partitions are split into ``world_size`` groups of nearly equal target count:
+    taken in ``perm`` order, each joins the group with the fewest targets so far
+    (:func:`~lightgraph.data.data_parallel.balance_groups` with ``order=perm``), so the
+    groups change with the epoch's shuffle and their totals differ by at most the largest
+    partition's count ``w_max``. Rank ``r`` cuts its group, in ``perm`` order, into
+    macro-batches of ``parts_per_batch`` (its last one may be smaller; so is its only one
+    when it holds fewer than ``parts_per_batch`` partitions, e.g. when
+    ``parts_per_batch * world_size > num_parts``).
+
+    **Equal steps.** Macro-batch ``m`` with ``T_m`` targets takes ``ceil(T_m / b)``
+    mini-batches per pass, so rank ``r`` has ``C_r = sum_m ceil(T_m / b)`` per pass and
+    ``reuse * C_r`` per epoch. Every rank trains ``C = min_r C_r`` per pass: a rank with
+    more drops its ``C_r - C`` *trailing* mini-batches of every pass, taken from its last
+    macro-batch backwards -- macro-batch ``m`` giving up ``d_m`` of them keeps
+    ``kept = (ceil(T_m / b) - d_m) * b`` of its targets (the same ones in every pass, so
+    each kept target is still trained ``reuse`` times), and a macro-batch that keeps none
+    is not read at all. A rank thus drops at most ``b * (C_r - C)`` targets per epoch,
+    which is less than ``w_max + b * M_r`` (``M_r``: the rank's macro-batches), since
+    ``C_r < T_r / b + M_r``, ``C >= T_min / b`` and ``T_r - T_min <= w_max``. The
+    partitions are reshuffled every epoch, so other targets are dropped next time.
+
+    Every rank computes every rank's plan from the same inputs: no communication.
+    """
+    weights = [int(counts[p]) for p in perm]
+    groups = balance_groups(weights, world_size, order=list(range(len(weights))))
+    plans: list[list[PlannedMacroBatch]] = []
+    for group in groups:
+        parts = [int(perm[i]) for i in group]  # ascending positions: the shuffled order
+        plan = []
+        for i in range(0, len(parts), parts_per_batch):
+            chunk = parts[i : i + parts_per_batch]
+            targets = sum(int(counts[p]) for p in chunk)
+            plan.append(PlannedMacroBatch(chunk, targets, targets))
+        plans.append(plan)
+    steps = [sum(math.ceil(mb.targets / batch_size) for mb in plan) for plan in plans]
+    fewest = min(steps)
+    for plan, excess in zip(plans, steps, strict=True):
+        excess -= fewest
+        for m in range(len(plan) - 1, -1, -1):
+            if excess == 0:
+                break
+            mb = plan[m]
+            count = math.ceil(mb.targets / batch_size)
+            drop = min(count, excess)
+            if drop:
+                plan[m] = PlannedMacroBatch(mb.parts, mb.targets, (count - drop) * batch_size)
+                excess -= drop
+    return plans
+
+
+def _is_read(mb: PlannedMacroBatch) -> bool:
+    """Whether a rank reads ``mb``: not when every one of its targets is left out."""
+    return mb.kept != 0 or mb.targets == 0
 
 
 def load_macro_batch(store: Any, parts: Sequence[int]) -> LoadedMacroBatch:
@@ -141,7 +233,8 @@ class MacroBatchLoader:
 
     Args:
         store: a :class:`~lightgraph.data.partition_store.PartitionStore` (anything with
-            ``num_parts`` and ``read_macro_batch(parts)``).
+            ``num_parts`` and ``read_macro_batch(parts)``; with ``world_size > 1`` also
+            ``mask(split)`` and ``part_ptr``, which give every partition's targets).
         parts_per_batch: partitions per macro-batch (``b``; at most ``store.num_parts``).
         fanouts: stage-2 neighbours per hop, outermost first (``-1`` = all).
         batch_size: training targets per mini-batch.
@@ -149,9 +242,19 @@ class MacroBatchLoader:
             ``adaptive_reuse`` the *most* passes.
         adaptive_reuse: after each pass, reuse the macro-batch again only while the next
             one is still being read (never more than ``reuse`` passes in all; at least 1).
+            One process only: data-parallel ranks would decide different step counts.
         prefetch: read the next macro-batch in a background thread (double buffering);
             ``False`` reads it when needed (same batches with a fixed reuse factor).
         seed: base seed of every random draw.
+        rank, world_size: this process's data-parallel shard. Every rank draws the same
+            shuffle of the partitions, takes its group of them (balanced by training
+            targets) and reads, reuses and trains only its own macro-batches; every rank
+            takes the same number of steps, trailing targets of the ranks with more being
+            left out (``stats.dropped_targets``; the rule and its bound are those of
+            :func:`shard_macro_batches`). With ``world_size > 1`` the rank joins the key of
+            every per-macro-batch random stream. Needs at least ``world_size`` partitions
+            with training targets. ``world_size=1`` (the default) is the one-process
+            loader.
     """
 
     def __init__(
@@ -164,9 +267,12 @@ class MacroBatchLoader:
         adaptive_reuse: bool = False,
         prefetch: bool = True,
         seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         owner = "MacroBatchLoader"
         num_parts = int(store.num_parts)
+        self.rank, self.world_size = check_shard(owner, rank, world_size)
         self.parts_per_batch = check_parts_per_batch(owner, parts_per_batch, num_parts)
         self.fanouts = check_fanouts(owner, fanouts)
         self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
@@ -178,12 +284,82 @@ class MacroBatchLoader:
         self.seed = int(seed)
         self.epoch = 0
         self._position = (0, 0, 0)  # (macro-batch, pass, mini-batch) the next batch has
+        self._step = 0  # mini-batches of the epoch yielded so far
         self.stats = MacroBatchStats()
         self._counts: list[int] | None = None
+        if self.world_size > 1:
+            self._check_data_parallel(owner)
+
+    def _check_data_parallel(self, owner: str) -> None:
+        world = self.world_size
+        if self.adaptive_reuse:
+            raise ValueError(
+                f"{owner}: `adaptive_reuse=True` is not supported with world_size={world}: "
+                f"each rank would decide its number of passes from its own read times, the "
+                f"ranks would take different numbers of steps and data-parallel training "
+                f"would hang. Use a fixed `reuse` (adaptive_reuse=False) instead."
+            )
+        if world > self.num_parts:
+            raise ValueError(
+                f"{owner}: expected `world_size` <= {self.num_parts} (the store's partitions: "
+                f"every rank needs at least one) but got {world}; use fewer ranks or a store "
+                f"with more partitions."
+            )
+        counts = self._target_counts()
+        if counts is None:
+            raise ValueError(
+                f"{owner}: with world_size={world} the `store` must give every partition's "
+                f"training targets (`mask` and `part_ptr`, as a PartitionStore does) to split "
+                f"the partitions among the ranks."
+            )
+        holding = sum(1 for c in counts if c > 0)
+        if holding < world:
+            raise ValueError(
+                f"{owner}: expected `world_size` <= {holding} (the store's partitions that "
+                f"hold training targets: every rank needs one) but got {world}."
+            )
 
     # ------------------------------------------------------------------ schedule
+    def plan(self, epoch: int) -> list[PlannedMacroBatch]:
+        """This rank's macro-batches of ``epoch``, those left out entirely included.
+
+        One process: :func:`macro_batch_schedule`, every target kept (``targets`` and
+        ``kept`` are ``-1`` when the store does not give per-partition counts).
+        Several: this rank's part of :func:`shard_macro_batches`.
+        """
+        if self.world_size == 1:
+            counts = self._target_counts()
+            plan = []
+            for parts in macro_batch_schedule(
+                self.num_parts, self.parts_per_batch, self.seed, epoch
+            ):
+                targets = -1 if counts is None else sum(int(counts[p]) for p in parts)
+                plan.append(PlannedMacroBatch(parts, targets, targets))
+            return plan
+        return self._all_plans(epoch)[self.rank]
+
+    def _all_plans(self, epoch: int) -> list[list[PlannedMacroBatch]]:
+        perm = torch.randperm(self.num_parts, generator=make_generator(self.seed, "parts", epoch))
+        counts = self._target_counts()
+        assert counts is not None  # checked in __init__
+        return shard_macro_batches(
+            perm.tolist(), counts, self.parts_per_batch, self.batch_size, self.world_size
+        )
+
+    def dropped_targets(self, epoch: int) -> int:
+        """Training targets no rank trains in ``epoch`` (0 for one process; the same number
+        on every rank: each computes every rank's plan)."""
+        if self.world_size == 1:
+            return 0
+        return sum(mb.targets - mb.kept for plan in self._all_plans(epoch) for mb in plan)
+
+    def _read_plan(self, epoch: int) -> list[PlannedMacroBatch]:
+        """The macro-batches this rank reads in ``epoch`` (not those it leaves out)."""
+        return [mb for mb in self.plan(epoch) if _is_read(mb)]
+
     def schedule(self, epoch: int) -> list[list[int]]:
-        return macro_batch_schedule(self.num_parts, self.parts_per_batch, self.seed, epoch)
+        """The partitions of every macro-batch this rank reads in ``epoch``."""
+        return [mb.parts for mb in self._read_plan(epoch)]
 
     def _target_counts(self) -> list[int] | None:
         """Training targets (non-hub training nodes) of every partition, if the store says."""
@@ -198,22 +374,40 @@ class MacroBatchLoader:
         return self._counts
 
     def __len__(self) -> int:
-        """Mini-batches per epoch with a fixed reuse factor (unknown with adaptive reuse)."""
+        """Mini-batches per epoch (of this rank) with a fixed reuse factor (unknown with
+        adaptive reuse)."""
         counts = self._target_counts()
         if counts is None or self.adaptive_reuse:
             raise TypeError("MacroBatchLoader: the number of mini-batches is not known in advance.")
-        total = 0
-        for parts in self.schedule(self.epoch):
-            targets = sum(int(counts[p]) for p in parts)
-            total += self.reuse * math.ceil(targets / self.batch_size)
-        return total
+        per_pass = sum(math.ceil(mb.kept / self.batch_size) for mb in self.plan(self.epoch))
+        return self.reuse * per_pass
+
+    def _key(self, *keys: Any) -> tuple[Any, ...]:
+        """A random stream's key: with several ranks, the rank's own."""
+        return keys if self.world_size == 1 else (*keys, "rank", self.rank)
+
+    def _kept_targets(self, mb: LoadedMacroBatch, epoch: int, m: int, kept: int) -> Tensor:
+        """The ``kept`` targets of macro-batch ``m`` trained in every pass (a random
+        subset, in local order, drawn once per macro-batch)."""
+        if kept < 0 or kept >= mb.targets.numel():
+            return mb.targets
+        gen = make_generator(self.seed, *self._key("keep", epoch, m))
+        keep = torch.randperm(mb.targets.numel(), generator=gen)[:kept]
+        return mb.targets[keep.sort().values]
 
     # ------------------------------------------------------------------ iteration
     def _minibatches(
-        self, mb: LoadedMacroBatch, epoch: int, m: int, p: int, start: int, final: bool
+        self,
+        mb: LoadedMacroBatch,
+        targets: Tensor,
+        epoch: int,
+        m: int,
+        p: int,
+        start: int,
+        final: bool,
     ) -> Iterator[Data]:
-        gen = make_generator(self.seed, "targets", epoch, m, p)
-        order = mb.targets[torch.randperm(mb.targets.numel(), generator=gen)]
+        gen = make_generator(self.seed, *self._key("targets", epoch, m, p))
+        order = targets[torch.randperm(targets.numel(), generator=gen)]
         count = math.ceil(order.numel() / self.batch_size)
         # Stage 2 relabels through a buffer the size of the macro-batch (in memory: its
         # features are gathered with index_select).
@@ -229,7 +423,7 @@ class MacroBatchLoader:
                 mb.y,
                 seeds,
                 self.fanouts,
-                generator=make_generator(self.seed, "sample", epoch, m, p, b),
+                generator=make_generator(self.seed, *self._key("sample", epoch, m, p, b)),
                 node_ids=mb.node_ids,
                 node_buffer=buffer,
             )
@@ -237,15 +431,20 @@ class MacroBatchLoader:
             self.stats.mini_batches += 1
             if final and b + 1 == count:
                 # The epoch is over once its last batch is out: Lightning may never ask again.
-                self.epoch, self._position = epoch + 1, (0, 0, 0)
+                self.epoch, self._position, self._step = epoch + 1, (0, 0, 0), 0
             else:
                 self._position = (m, p, b + 1)
+                self._step += 1
             yield batch
 
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
         start_m, start_p, start_b = self._position
-        schedule = self.schedule(epoch)
+        plan = self.plan(epoch)
+        if self._step == 0 and self._position == (0, 0, 0):
+            self.stats.dropped_targets += self.dropped_targets(epoch)
+        reads = [mb for mb in plan if _is_read(mb)]
+        schedule = [mb.parts for mb in reads]
         pool = ThreadPoolExecutor(1, thread_name_prefix="macro-batch") if self.prefetch else None
 
         def submit(m: int) -> Future[LoadedMacroBatch] | None:
@@ -267,15 +466,16 @@ class MacroBatchLoader:
                 self.stats.macro_batches += 1
                 self.stats.nodes_loaded += mb.num_nodes
                 pending = submit(m + 1)
+                targets = self._kept_targets(mb, epoch, m, reads[m].kept)
                 p = start_p if m == start_m else 0
                 while True:
                     first = start_b if (m == start_m and p == start_p) else 0
                     self.stats.passes += 1
-                    self.stats.targets += max(mb.targets.numel() - first * self.batch_size, 0)
+                    self.stats.targets += max(targets.numel() - first * self.batch_size, 0)
                     last_macro = m + 1 == len(schedule)
                     # The last macro-batch has no successor to wait for: adaptive reuse stops.
                     final = last_macro and (p + 1 >= self.reuse or self.adaptive_reuse)
-                    yield from self._minibatches(mb, epoch, m, p, first, final)
+                    yield from self._minibatches(mb, targets, epoch, m, p, first, final)
                     p += 1
                     if final or p >= self.reuse:
                         break
@@ -290,13 +490,41 @@ class MacroBatchLoader:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
         if self.epoch == epoch:  # nothing (more) to yield this epoch
-            self.epoch, self._position = epoch + 1, (0, 0, 0)
+            self.epoch, self._position, self._step = epoch + 1, (0, 0, 0), 0
 
     # Lightning saves and restores iterables that have these two methods (mid-epoch resume).
+    # It saves rank 0's state and every rank loads it. The ranks' macro-batches differ, so
+    # (macro-batch, pass, mini-batch) differs between ranks at the same step; ``step`` (the
+    # mini-batches of the epoch already yielded) is the same integer on every rank and is
+    # what a rank of several resumes from. One process resumes from the position itself,
+    # which also holds with adaptive reuse.
     def state_dict(self) -> dict[str, Any]:
         m, p, b = self._position
-        return {"epoch": self.epoch, "macro_batch": m, "pass": p, "mini_batch": b}
+        return {
+            "epoch": self.epoch,
+            "macro_batch": m,
+            "pass": p,
+            "mini_batch": b,
+            "step": self._step,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = int(state["epoch"])
-        self._position = (int(state["macro_batch"]), int(state["pass"]), int(state["mini_batch"]))
+        self._step = int(state["step"])
+        if self.world_size == 1:
+            self._position = (
+                int(state["macro_batch"]),
+                int(state["pass"]),
+                int(state["mini_batch"]),
+            )
+        else:
+            self._position = self._position_of(self.epoch, self._step)
+
+    def _position_of(self, epoch: int, step: int) -> tuple[int, int, int]:
+        """This rank's (macro-batch, pass, mini-batch) after ``step`` mini-batches of ``epoch``."""
+        for m, mb in enumerate(self._read_plan(epoch)):
+            count = math.ceil(mb.kept / self.batch_size)
+            if step < self.reuse * count:
+                return (m, step // count, step % count)
+            step -= self.reuse * count
+        return (len(self._read_plan(epoch)), 0, 0)

@@ -10,7 +10,9 @@ per-hop counts PyG's ``BasicGNN`` uses to trim each layer.
 memory-mapped from an on-disk store (the NS-Ext baseline) -- with a per-epoch shuffle
 and per-batch random streams derived from ``(seed, epoch, batch)``, so that a run
 resumed from its :meth:`~NeighborSamplingLoader.state_dict` draws exactly the batches
-the uninterrupted run would have drawn. It relabels through a node buffer (up to
+the uninterrupted run would have drawn. Under data parallelism (``rank``, ``world_size``)
+each rank trains its :func:`~lightgraph.data.data_parallel.shard_targets` share of every
+epoch's order. It relabels through a node buffer (up to
 :data:`~lightgraph.functional.neighbor_sampling.NODE_BUFFER_MAX_NODES` nodes) and gathers
 in-memory features with one ``index_select``; only memory-mapped features are read in
 ascending row order.
@@ -27,6 +29,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from lightgraph.data.data_parallel import check_shard, shard_targets
 from lightgraph.functional.neighbor_sampling import (
     NODE_BUFFER_MAX_NODES,
     make_node_buffer,
@@ -125,6 +128,15 @@ class NeighborSamplingLoader:
             else ``torch.unique``. The batches are the same either way.
         memory_mapped: ``x`` is memory-mapped (read its rows in ascending order); in
             memory one ``index_select`` is faster. The batches are the same either way.
+        rank, world_size: this process's data-parallel shard. Every rank shuffles the
+            seeds the same way (from ``(seed, epoch)``) and trains its
+            :func:`~lightgraph.data.data_parallel.shard_targets` share: the ``rank``-th
+            ``batch_size`` slice of every global batch of ``world_size * batch_size``
+            seeds, so the ranks' epochs are disjoint and equally long; the last
+            ``len(seeds) % world_size`` seeds of the epoch's order are left out
+            (``stats["dropped_targets"]``). With ``world_size > 1`` the rank joins the key
+            of every per-batch random stream, so the ranks draw independent samples.
+            ``world_size=1`` (the default) is the one-process loader.
     """
 
     def __init__(
@@ -142,8 +154,11 @@ class NeighborSamplingLoader:
         on_batch: Any = None,
         node_buffer: bool | None = None,
         memory_mapped: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         owner = "NeighborSamplingLoader"
+        self.rank, self.world_size = check_shard(owner, rank, world_size)
         self.fanouts = check_fanouts(owner, fanouts)
         self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
         self.shuffle = check_bool(owner, "shuffle", shuffle)
@@ -159,11 +174,19 @@ class NeighborSamplingLoader:
         self._buffer: Tensor | None = None
         self.epoch = 0
         self._next_batch = 0  # position of the batch the next __next__ yields
-        #: Cumulative counters: mini-batches, targets (seeds) and sampled nodes.
-        self.stats = {"mini_batches": 0.0, "targets": 0.0, "nodes_loaded": 0.0}
+        #: Cumulative counters: mini-batches, targets (seeds), sampled nodes, and the seeds
+        #: left out to give every data-parallel rank the same share (counted when an
+        #: epoch starts).
+        self.stats = {
+            "mini_batches": 0.0,
+            "targets": 0.0,
+            "nodes_loaded": 0.0,
+            "dropped_targets": 0.0,
+        }
 
     def __len__(self) -> int:
-        return math.ceil(self.seeds.numel() / self.batch_size)
+        """Mini-batches per epoch (of this rank)."""
+        return math.ceil(self.seeds.numel() // self.world_size / self.batch_size)
 
     def _node_buffer(self) -> Tensor | None:
         if self.use_node_buffer and self._buffer is None:
@@ -178,9 +201,21 @@ class NeighborSamplingLoader:
         )
         return self.seeds[perm]
 
+    def _epoch_seeds(self, epoch: int) -> Tensor:
+        """This rank's seeds of ``epoch``, in training order."""
+        return shard_targets(self._order(epoch), self.rank, self.world_size, self.batch_size)
+
+    def _sample_key(self, epoch: int, b: int) -> tuple[Any, ...]:
+        if self.world_size == 1:
+            return ("sample", epoch, b)
+        return ("sample", epoch, b, "rank", self.rank)
+
     def __iter__(self) -> Iterator[Data]:
         epoch, start = self.epoch, self._next_batch
-        order = self._order(epoch)
+        order = self._epoch_seeds(epoch)
+        if start == 0:
+            # Every rank has the same share: what the shares leave out (n % world_size).
+            self.stats["dropped_targets"] += self.seeds.numel() - self.world_size * order.numel()
         for b in range(start, len(self)):
             seeds = order[b * self.batch_size : (b + 1) * self.batch_size]
             batch = sample_minibatch(
@@ -190,7 +225,7 @@ class NeighborSamplingLoader:
                 self.y,
                 seeds,
                 self.fanouts,
-                generator=make_generator(self.seed, "sample", epoch, b),
+                generator=make_generator(self.seed, *self._sample_key(epoch, b)),
                 node_ids=self.node_ids,
                 node_buffer=self._node_buffer(),
                 memory_mapped=self.memory_mapped,
@@ -210,6 +245,8 @@ class NeighborSamplingLoader:
             self.epoch, self._next_batch = epoch + 1, 0
 
     # Lightning saves and restores iterables that have these two methods (mid-epoch resume).
+    # It saves rank 0's state and every rank loads it: the position is the step of the
+    # epoch, the same integer on every rank (every rank has the same number of steps).
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "next_batch": self._next_batch}
 

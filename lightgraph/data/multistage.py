@@ -18,7 +18,10 @@ mini-batches of ``batch_size`` seeds, each seed of the macro-batch exactly once,
 neighbour-sampled *inside* the macro-batch (LBS: ``second_stage_fanouts``, by default
 all neighbours; PBS: the model's fanouts). Every draw comes from a CPU generator keyed by
 ``(seed, epoch, macro-batch, mini-batch)``, so the samples are the same on the CPU and on a
-GPU, for a prefetching and a serial loader, and after a resume.
+GPU, for a prefetching and a serial loader, and after a resume. Under data parallelism each
+rank builds and trains its own share of every epoch (see
+:class:`~lightgraph.data.MultistageDataModule`), and its rank joins the keys of its stage-1
+and stage-2 streams, so the ranks draw independent samples.
 
 **Ahead-of-time (AoT) filtering**: the stage-2 samples of a whole macro-batch are drawn on
 the host right after stage 1 (structure only), and only the nodes some mini-batch touches
@@ -77,6 +80,8 @@ class StageOneBatch:
             no history at all). ``None``: every halo node, every layer.
         num_seeds, num_nodes_sampled: seeds and nodes of the unfiltered macro-batch.
         build_seconds: host time of stage 1 (and of AoT sampling).
+        rank: the data-parallel rank that built it (a key of its random streams), ``None``
+            in one process (whose keys carry no rank).
     """
 
     epoch: int
@@ -93,6 +98,7 @@ class StageOneBatch:
     num_seeds: int = 0
     num_nodes_sampled: int = 0
     build_seconds: float = 0.0
+    rank: int | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -288,7 +294,7 @@ def aot_filter(
             macro.indices,
             seeds,
             list(fanouts),
-            generator=stage_two_generator(seed, macro.epoch, macro.index, b),
+            generator=stage_two_generator(seed, macro.epoch, macro.index, b, macro.rank),
             node_buffer=node_buffer,
         )
         for b, seeds in enumerate(macro.batches)
@@ -330,12 +336,18 @@ def aot_filter(
         num_seeds=macro.num_seeds,
         num_nodes_sampled=macro.num_nodes_sampled,
         build_seconds=macro.build_seconds,
+        rank=macro.rank,
     )
 
 
-def stage_two_generator(seed: int, epoch: int, macro: int, step: int) -> torch.Generator:
-    """The CPU generator of one stage-2 mini-batch (the same on every device and under AoT)."""
-    return make_generator(seed, "stage2", epoch, macro, step)
+def stage_two_generator(
+    seed: int, epoch: int, macro: int, step: int, rank: int | None = None
+) -> torch.Generator:
+    """The CPU generator of one stage-2 mini-batch (the same on every device and under AoT);
+    ``rank``: the data-parallel rank whose macro-batch it is (``None`` in one process)."""
+    if rank is None:
+        return make_generator(seed, "stage2", epoch, macro, step)
+    return make_generator(seed, "stage2", epoch, macro, step, "rank", rank)
 
 
 # --------------------------------------------------------------------------- stage 2
@@ -380,7 +392,7 @@ def stage_two(
             macro.indices,
             seeds,
             list(fanouts),
-            generator=stage_two_generator(seed, src.epoch, src.index, step),
+            generator=stage_two_generator(seed, src.epoch, src.index, step, src.rank),
             node_buffer=macro.node_buffer,
         )
     node = sample.node
@@ -424,6 +436,9 @@ class MultistageStats:
     nodes_moved: int = 0  # nodes whose rows moved to the device (after AoT filtering)
     stage1_seconds: float = 0.0
     wait_seconds: float = 0.0
+    # Training targets no data-parallel rank trains (the same count on every rank; counted
+    # when a rank hands over the first step of an epoch).
+    dropped_targets: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.__dict__.items()}
@@ -447,6 +462,13 @@ class MultistageLoader:
     an epoch after steps were handed over (``limit_train_batches``) is not continued: the
     next pass starts the next epoch, as a new pass over a ``DataLoader`` does.
 
+    **Data parallelism.** Every rank has a loader over its own share (``plan`` and ``build``
+    give this rank's macro-batches), and every rank's epoch has the same number of steps.
+    Lightning saves rank 0's :meth:`state_dict` and every rank restores it, so with
+    ``world_size > 1`` the state also holds ``epoch_step``, the steps of the epoch handed
+    over (the same integer on every rank), and :meth:`load_state_dict` finds each rank's own
+    macro-batch and mini-batch from it (PBS ranks cut different macro-batches).
+
     **Position.** :meth:`state_dict` holds the step after the last one *handed over*.
     Alone, a step is handed over when it is yielded. Under a Trainer (``handover="reported"``,
     set by the data module's ``train_dataloader``) it is handed over when
@@ -460,16 +482,29 @@ class MultistageLoader:
         batch_size: seeds per mini-batch.
         prefetch: build the next macro-batch in a background thread.
         sized: every epoch has the same number of steps, and ``len()`` gives it.
+        world_size: data-parallel replicas (each with a loader over its own share).
+        dropped: ``dropped(epoch) ->`` training targets of ``epoch`` no rank trains
+            (:attr:`MultistageStats.dropped_targets`); ``None``: none.
     """
 
     def __init__(
-        self, build: Any, plan: Any, batch_size: int, prefetch: bool = True, sized: bool = True
+        self,
+        build: Any,
+        plan: Any,
+        batch_size: int,
+        prefetch: bool = True,
+        sized: bool = True,
+        world_size: int = 1,
+        dropped: Any = None,
     ) -> None:
         self.build = build
         self.plan = plan
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.sized = sized
+        self.world_size = world_size
+        self.dropped = dropped
+        self._dropped_epoch: int | None = None  # the epoch whose drops were counted last
         self.handover = "on-yield"
         self.stats = MultistageStats()
         self.epoch = 0
@@ -513,6 +548,9 @@ class MultistageLoader:
             self.stats.nodes_loaded += macro.num_nodes_sampled
             self.stats.nodes_moved += macro.num_nodes
             self.stats.stage1_seconds += macro.build_seconds
+        if self.dropped is not None and macro.epoch != self._dropped_epoch:
+            self._dropped_epoch = macro.epoch
+            self.stats.dropped_targets += int(self.dropped(macro.epoch))
         self.stats.mini_batches += 1
         self.stats.targets += int(step.seeds.numel())
         epoch, k, b = macro.epoch, macro.index, step.step + 1
@@ -575,7 +613,11 @@ class MultistageLoader:
             self.epoch, self._next = epoch + 1, (0, 0)
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "macro": self._next[0], "step": self._next[1]}
+        state = {"epoch": self.epoch, "macro": self._next[0], "step": self._next[1]}
+        if self.world_size > 1:
+            k, b = self._next
+            state["epoch_step"] = sum(self._sizes(self.epoch)[:k]) + b
+        return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if self._ahead is not None:
@@ -583,6 +625,13 @@ class MultistageLoader:
             self._ahead = None
         self.epoch = int(state["epoch"])
         self._next = (int(state["macro"]), int(state["step"]))
+        if "epoch_step" in state:  # another rank's state: find this rank's own position
+            sizes = self._sizes(self.epoch)
+            left, k = int(state["epoch_step"]), 0
+            while k < len(sizes) and left >= sizes[k]:  # past empty macro-batches too
+                left -= sizes[k]
+                k += 1
+            self._next = (k, left)
         self._handed_in_pass = 0
 
     def close(self) -> None:

@@ -7,11 +7,19 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
+from lightgraph.data.data_parallel import (
+    DataParallelShard,
+    balance_groups,
+    check_shard,
+    data_parallel_shard,
+    shard_targets,
+)
 from lightgraph.data.graph_dataset import GraphDataset
 from lightgraph.data.macro_batch import check_parts_per_batch
 from lightgraph.data.minibatch import make_generator
@@ -68,6 +76,34 @@ def _default(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+class _PlannedMacroBatch(NamedTuple):
+    """One macro-batch of a rank's epoch plan (store ids).
+
+    Attributes:
+        seeds: LBS: the seeds stage 1 samples from; PBS: the inner training nodes
+            (ascending).
+        inner: PBS: the inner nodes (ascending); ``None`` for LBS.
+        order: positions in ``seeds`` in training order (PBS: cut short when the rank
+            drops trailing steps).
+    """
+
+    seeds: Tensor
+    inner: Tensor | None
+    order: Tensor
+
+    @property
+    def trained(self) -> Tensor:
+        """The seeds trained, in training order."""
+        return self.seeds.index_select(0, self.order)
+
+
+class _EpochPlan(NamedTuple):
+    """A rank's macro-batches of one epoch and the epoch's training targets no rank trains."""
+
+    macros: list[_PlannedMacroBatch]
+    dropped: int
+
+
 class MultistageDataModule(PartitionStoreDataModule):
     """JOESTAR: two-stage neighbour sampling, stage 1 on the host and stage 2 on the device.
 
@@ -97,7 +133,40 @@ class MultistageDataModule(PartitionStoreDataModule):
     defaults to ``None`` ("unset": the default below) and is a :class:`ValueError` when set
     for the other first stage, where it would have no effect.
 
-    **Epochs.** Every training epoch trains each training node exactly once. LBS cuts the
+    **Data parallelism.** Under a data-parallel strategy (``ddp``, ``ddp_spawn``,
+    ``ddp_fork``, ... with ``N`` replicas; read from the Trainer's strategy by
+    :func:`~lightgraph.data.data_parallel.data_parallel_shard` when the training loader is
+    built, or set explicitly with :attr:`shard`) every epoch's global plan is drawn from
+    rank-free generators (the same on every rank) and each rank builds and trains only its
+    share, every rank the same number of steps:
+
+    * LBS: global macro-batch ``k`` (its seeds and their training order) is the one-process
+      macro-batch; rank ``r``'s macro-batch ``k`` holds the
+      :func:`~lightgraph.data.data_parallel.shard_targets` share of its seed order with
+      ``batch_size``, so rank ``r``'s mini-batch ``i`` is the ``r``-th slice of the global
+      mini-batch ``i`` of ``N * batch_size`` seeds: ``N`` ranks with batch ``b`` train the
+      global batches of one process with batch ``N * b``. Stage 1 samples the rank's seeds
+      only. Each macro-batch's ``len % N`` last seeds (at most ``N - 1``) are dropped.
+    * PBS: the epoch's shuffled partitions are split into ``N`` groups of nearly equal
+      training-node count: taken in shuffled order, each joins the group with the fewest
+      so far (:func:`~lightgraph.data.data_parallel.balance_groups`; totals within one
+      partition's training nodes of each other); each rank cuts its partitions,
+      in shuffled order, into macro-batches of ``parts_per_batch`` and builds only those.
+      The step counts are equalised by dropping the trailing steps (and their targets) of
+      the ranks with more than the fewest: a rank drops at most ``w + batch_size * m``
+      targets, ``w`` the largest partition's training nodes (the balance bound) and ``m``
+      the number of its macro-batches (each may end in a partial mini-batch); the rank with
+      the fewest steps drops none.
+
+    Targets no rank trains are counted in ``io_stats()["dropped_targets"]`` (the same
+    number on every rank); the order is reshuffled every epoch, so others drop next time.
+    The ranks' stage-1 and stage-2 random streams carry the rank in their keys (one process
+    keeps its keys: ``N = 1`` is the one-process module, bit for bit). The history tables
+    of PBS are replicated on every rank and kept equal by
+    :class:`~lightgraph.nn.history.HistoricalEmbeddings` (``sync``).
+
+    **Epochs.** Every training epoch trains each training node exactly once (under data
+    parallelism: all but the dropped ones, once on one rank). LBS cuts the
     same macro-batch and mini-batch sizes every epoch, and its training loader has that
     fixed length. A PBS epoch's step count, ``sum over groups of ceil(training nodes in the
     group / batch_size)``, depends on that epoch's partition draw, so the PBS loader has no
@@ -204,7 +273,50 @@ class MultistageDataModule(PartitionStoreDataModule):
         self._scratch: Tensor | None = None
         self._build_lock = threading.Lock()
         self._plan_lock = threading.Lock()
-        self._plans: dict[int, list[tuple[Tensor, Tensor | None]]] = {}
+        self._plans: dict[tuple[DataParallelShard, int], _EpochPlan] = {}
+        self._part_train: Tensor | None = None
+        self._shard: DataParallelShard | None = None
+        self._train_loader_shard: DataParallelShard | None = None
+
+    # ------------------------------------------------------------- data parallelism
+    @property
+    def shard(self) -> DataParallelShard:
+        """This process's data-parallel ``(rank, world_size)``.
+
+        Set explicitly (a ``(rank, world_size)`` pair; ``None`` unsets it) to use the module
+        without a Trainer; otherwise read from the attached Trainer's strategy
+        (:func:`~lightgraph.data.data_parallel.data_parallel_shard`), ``(0, 1)`` without one.
+        """
+        if self._shard is not None:
+            return self._shard
+        return data_parallel_shard(getattr(self, "trainer", None))
+
+    @shard.setter
+    def shard(self, value: Any) -> None:
+        owner = "MultistageDataModule"
+        if value is None:
+            self._shard = None
+            return
+        if not isinstance(value, tuple) or len(value) != 2:
+            raise ValueError(
+                f"{owner}: expected `shard` to be a (rank, world_size) pair or None but got "
+                f"{value!r}."
+            )
+        self._shard = check_shard(owner, *value)
+
+    def _loader_shard(self) -> DataParallelShard:
+        """:attr:`shard`, checked against the Trainer's when both are given."""
+        shard = self.shard
+        trainer = getattr(self, "trainer", None)
+        if self._shard is not None and trainer is not None:
+            running = data_parallel_shard(trainer)
+            if running.world_size > 1 and running != self._shard:
+                raise ValueError(
+                    f"MultistageDataModule: `shard` was set to {tuple(self._shard)} but the "
+                    f"Trainer runs data parallel as (rank, world_size)={tuple(running)}; unset "
+                    f"`shard` (the Trainer's strategy gives it) or make them equal."
+                )
+        return shard
 
     # -------------------------------------------------------------------- the graph
     @property
@@ -230,50 +342,130 @@ class MultistageDataModule(PartitionStoreDataModule):
         return self._train
 
     # ------------------------------------------------------------------------ stage 1
-    def plan(self, epoch: int) -> list[Tensor]:
-        """The seeds (store ids) of every macro-batch of ``epoch``."""
-        return [seeds for seeds, _ in self._epoch_plan(epoch)]
+    def plan(self, epoch: int, shard: DataParallelShard | None = None) -> list[Tensor]:
+        """The seeds (store ids) of every macro-batch of ``epoch``, in training order, of
+        ``shard``'s rank (default: :attr:`shard`)."""
+        return [m.trained for m in self._epoch_plan(epoch, shard).macros]
 
-    def _epoch_plan(self, epoch: int) -> list[tuple[Tensor, Tensor | None]]:
-        """``(seeds, inner nodes)`` of every macro-batch of ``epoch`` (inner: PBS only),
-        computed once per epoch (the loader asks for it at every macro-batch and length)."""
+    def dropped_targets(self, epoch: int, shard: DataParallelShard | None = None) -> int:
+        """Training targets of ``epoch`` that no data-parallel rank trains."""
+        return self._epoch_plan(epoch, shard).dropped
+
+    def _epoch_plan(self, epoch: int, shard: DataParallelShard | None = None) -> _EpochPlan:
+        """``shard``'s rank's macro-batches of ``epoch`` (default: :attr:`shard`), computed
+        once per epoch (the loader asks for them at every macro-batch and length)."""
+        shard = self.shard if shard is None else shard
         with self._plan_lock:
-            cached = self._plans.get(epoch)
+            cached = self._plans.get((shard, epoch))
             if cached is None:
-                cached = self._make_plan(epoch)
-                self._plans = {e: p for e, p in self._plans.items() if e >= epoch - 1}
-                self._plans[epoch] = cached
+                cached = self._make_plan(epoch, shard)
+                self._plans = {key: p for key, p in self._plans.items() if key[1] >= epoch - 1}
+                self._plans[(shard, epoch)] = cached
             return cached
 
-    def _make_plan(self, epoch: int) -> list[tuple[Tensor, Tensor | None]]:
+    def _make_plan(self, epoch: int, shard: DataParallelShard) -> _EpochPlan:
         train = self._train_nodes()
         gen = make_generator(self.seed, "macro-order", epoch)
         if self.first_stage == "lbs":
             order = train[torch.randperm(train.numel(), generator=gen)]
-            size = max(1, math.ceil(self.ratio * train.numel()))
-            return [(order[i : i + size], None) for i in range(0, order.numel(), size)]
-        parts = torch.randperm(self.num_parts, generator=gen)
+            return self._lbs_plan(epoch, order, shard)
+        return self._pbs_plan(epoch, torch.randperm(self.num_parts, generator=gen), shard)
+
+    def _lbs_plan(self, epoch: int, order: Tensor, shard: DataParallelShard) -> _EpochPlan:
+        rank, world = shard
+        size = max(1, math.ceil(self.ratio * order.numel()))
+        macros: list[_PlannedMacroBatch] = []
+        dropped = 0
+        for k, i in enumerate(range(0, order.numel(), size)):
+            seeds = order[i : i + size]
+            # The global training order inside the macro-batch (rank-free: every rank
+            # shards the same one).
+            perm = torch.randperm(
+                seeds.numel(), generator=make_generator(self.seed, "seed-order", epoch, k)
+            )
+            if world == 1:
+                macros.append(_PlannedMacroBatch(seeds, None, perm))
+                continue
+            mine = shard_targets(seeds[perm], rank, world, self.batch_size)
+            dropped += seeds.numel() - world * mine.numel()
+            macros.append(_PlannedMacroBatch(mine, None, torch.arange(mine.numel())))
+        return _EpochPlan(macros, dropped)
+
+    def _partition_train_counts(self) -> Tensor:
+        """Training nodes of every partition."""
+        if self._part_train is None:
+            is_train = torch.zeros(self.num_store_nodes, dtype=torch.long)
+            is_train[self._train_nodes()] = 1
+            ends = torch.cat([torch.zeros(1, dtype=torch.long), is_train.cumsum(0)])
+            ptr = self._store().part_ptr.long()
+            self._part_train = ends[ptr[1:]] - ends[ptr[:-1]]
+        return self._part_train
+
+    def _pbs_plan(self, epoch: int, parts: Tensor, shard: DataParallelShard) -> _EpochPlan:
+        rank, world = shard
         ptr = self._store().part_ptr
         is_train = torch.zeros(self.num_store_nodes, dtype=torch.bool)
-        is_train[train] = True
-        plan: list[tuple[Tensor, Tensor | None]] = []
-        for i in range(0, self.num_parts, self.parts_per_batch):
-            chosen = parts[i : i + self.parts_per_batch].sort().values
+        is_train[self._train_nodes()] = True
+        ppb, b = self.parts_per_batch, self.batch_size
+
+        def planned(chosen: Tensor, key: tuple[Any, ...], keep: int | None) -> _PlannedMacroBatch:
+            chosen = chosen.sort().values
             inner = torch.cat([torch.arange(int(ptr[p]), int(ptr[p + 1])) for p in chosen])
-            plan.append((inner[is_train[inner]], inner))
-        return plan
+            seeds = inner[is_train[inner]]
+            order = torch.randperm(
+                seeds.numel(), generator=make_generator(self.seed, "seed-order", *key)
+            )
+            return _PlannedMacroBatch(seeds, inner, order if keep is None else order[:keep])
 
-    def build_macro_batch(self, epoch: int, k: int) -> StageOneBatch:
-        """Stage 1 (and AoT sampling) of macro-batch ``k`` of ``epoch``, on the host."""
+        if world == 1:
+            groups = [parts[i : i + ppb] for i in range(0, self.num_parts, ppb)]
+            return _EpochPlan([planned(g, (epoch, k), None) for k, g in enumerate(groups)], 0)
+        # Every rank computes every rank's groups and step counts (the same global plan):
+        # no communication.
+        count = self._partition_train_counts()
+        # Taken in shuffled order, each partition joins the rank with the fewest training
+        # nodes so far: the ranks' partitions change every epoch.
+        weights = count[parts].tolist()
+        shares = balance_groups(weights, world, order=list(range(len(weights))))
+        cuts = [[parts[share[i : i + ppb]] for i in range(0, len(share), ppb)] for share in shares]
+        targets = [[int(count[c].sum()) for c in rank_cuts] for rank_cuts in cuts]
+        budget = min(sum(math.ceil(n / b) for n in rank_targets) for rank_targets in targets)
+        kept = 0
+        macros: list[_PlannedMacroBatch] = []
+        for q, (rank_cuts, rank_targets) in enumerate(zip(cuts, targets, strict=True)):
+            left = budget
+            for c, n in zip(rank_cuts, rank_targets, strict=True):
+                if left == 0:
+                    break
+                if n == 0:  # no steps: not built
+                    continue
+                steps = math.ceil(n / b)
+                # A cut macro-batch keeps its first `left` (whole) mini-batches.
+                keep = n if steps <= left else left * b
+                left -= min(steps, left)
+                kept += keep
+                if q == rank:
+                    key = (epoch, len(macros), "rank", rank)
+                    macros.append(planned(c, key, None if keep == n else keep))
+        return _EpochPlan(macros, int(count.sum()) - kept)
+
+    def build_macro_batch(
+        self, epoch: int, k: int, shard: DataParallelShard | None = None
+    ) -> StageOneBatch:
+        """Stage 1 (and AoT sampling) of macro-batch ``k`` of ``epoch`` of ``shard``'s rank
+        (default: :attr:`shard`), on the host."""
+        shard = self.shard if shard is None else shard
         with self._build_lock:  # one build at a time: they share a node-sized scratch buffer
-            return self._build_macro_batch(epoch, k)
+            return self._build_macro_batch(epoch, k, shard)
 
-    def _build_macro_batch(self, epoch: int, k: int) -> StageOneBatch:
+    def _build_macro_batch(self, epoch: int, k: int, shard: DataParallelShard) -> StageOneBatch:
         tic = time.perf_counter()
         indptr, indices, x, y = self.graph_arrays()
         if self._scratch is None:
             self._scratch = torch.full((indptr.numel() - 1,), -1, dtype=torch.long)
-        seeds, inner = self._epoch_plan(epoch)[k]
+        seeds, inner, order = self._epoch_plan(epoch, shard).macros[k]
+        rank = None if shard.world_size == 1 else shard.rank
+        stream = (epoch, k) if rank is None else (epoch, k, "rank", rank)
         # With AoT the rows are gathered after filtering, the kept ones only.
         fx, fy = (None, None) if self.aot else (x, y)
         if self.first_stage == "lbs":
@@ -284,7 +476,7 @@ class MultistageDataModule(PartitionStoreDataModule):
                 fy,
                 seeds,
                 self.fanouts,
-                generator=make_generator(self.seed, "stage1", epoch, k),
+                generator=make_generator(self.seed, "stage1", *stream),
                 num_threads=self.num_sampler_threads,
                 node_buffer=self._scratch,
             )
@@ -298,9 +490,6 @@ class MultistageDataModule(PartitionStoreDataModule):
             # Inner nodes keep the order of ``inner`` (ascending store id) and so do the
             # seeds (``plan`` filters ``inner``): their local ids are a search.
             local_seeds = torch.searchsorted(inner, seeds)
-        order = torch.randperm(
-            local_seeds.numel(), generator=make_generator(self.seed, "seed-order", epoch, k)
-        )
         local_seeds = local_seeds[order]
         batches = [
             local_seeds[i : i + self.batch_size]
@@ -316,8 +505,9 @@ class MultistageDataModule(PartitionStoreDataModule):
             indices=m_indices,
             num_inner=num_inner,
             batches=batches,
-            num_seeds=int(seeds.numel()),
+            num_seeds=int(order.numel()),
             num_nodes_sampled=int(node.numel()),
+            rank=rank,
         )
         if self.aot:
             # The scratch buffer is all -1 again after stage 1: its first M entries relabel
@@ -340,16 +530,25 @@ class MultistageDataModule(PartitionStoreDataModule):
         return self.second_stage_fanouts if self.first_stage == "lbs" else self.fanouts
 
     def train_loader(self) -> MultistageLoader:
+        """The training loader of this rank's share (:attr:`shard`, read when it is built;
+        a loader built for another shard is replaced)."""
+        shard = self._loader_shard()
+        if self._train_loader is not None and self._train_loader_shard != shard:
+            self._train_loader.close()
+            self._train_loader = None
         if self._train_loader is None:
             self._train_loader = MultistageLoader(
-                self.build_macro_batch,
-                self.plan,
+                partial(self.build_macro_batch, shard=shard),
+                partial(self.plan, shard=shard),
                 self.batch_size,
                 prefetch=self.prefetch,
                 # LBS cuts the same macro-batch sizes every epoch; PBS's step count depends
                 # on the epoch's partition draw, so its loader has no length.
                 sized=self.first_stage == "lbs",
+                world_size=shard.world_size,
+                dropped=partial(self.dropped_targets, shard=shard),
             )
+            self._train_loader_shard = shard
         return self._train_loader
 
     def train_dataloader(self) -> MultistageLoader:

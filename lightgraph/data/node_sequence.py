@@ -26,7 +26,7 @@ from lightgraph.data.cached_data_module import CachedDataModule, CacheReader, Ca
 from lightgraph.data.graph_dataset import MASK_NAMES, GraphDataset, validate_graph
 from lightgraph.data.sequences import build_sequence, metis_order, split_sequences
 from lightgraph.data.synthetic_graph import SyntheticGraph
-from lightgraph.data.token_batch import TokenBatch, TokenShard
+from lightgraph.data.token_batch import TokenBatch, TokenShard, sequence_parallel_shard
 from lightgraph.functional.attention import AttentionGraph
 from lightgraph.functional.graph_encoding import (
     check_max_distance,
@@ -80,12 +80,14 @@ class NodeSequenceDataModule(CachedDataModule):
     :mod:`lightgraph.functional.graph_encoding` (``far_bucket = 3``); ``dense_bucket``
     holds shortest-path buckets when the sequence has at most ``dense_limit`` tokens.
 
-    ``setup`` loads the sequences and keeps the token shard :attr:`token_shard` names
+    ``setup`` loads the sequences and keeps this rank's token shard
     (:func:`~lightgraph.functional.sequence_parallel.shard_range`: features, labels, masks,
-    degrees, positional encodings) plus the whole attention graph. The default
-    ``TokenShard()`` keeps every token; the graph-parallel strategy
-    (``GraphParallelStrategy``) sets ``TokenShard(P, rank)`` for its ``P > 1`` ranks before
-    ``setup``. Every epoch each dataloader yields every sequence once, in the same order on
+    degrees, positional encodings) plus the whole attention graph. The shard is the one the
+    Trainer's strategy reports in ``sequence_parallel_kwargs``
+    (:func:`~lightgraph.data.token_batch.sequence_parallel_shard`; ``GraphParallelStrategy``
+    gives ``{"world_size": P, "rank": r}``, as Lightning's strategies give
+    ``distributed_sampler_kwargs``); without a Trainer or such a strategy every token is
+    kept. Every epoch each dataloader yields every sequence once, in the same order on
     every rank (training uses the train mask; validation and test evaluate the same
     sequences with their masks). The loaders are plain iterables, so Lightning never
     re-shards them.
@@ -120,7 +122,8 @@ class NodeSequenceDataModule(CachedDataModule):
             runs dense attention on most steps.
 
     Attributes:
-        token_shard: the :class:`~lightgraph.data.token_batch.TokenShard` ``setup`` keeps.
+        token_shard: the :class:`~lightgraph.data.token_batch.TokenShard` ``setup`` loaded
+            (read-only; ``TokenShard()`` before ``setup``).
     """
 
     def __init__(
@@ -168,7 +171,7 @@ class NodeSequenceDataModule(CachedDataModule):
         self.pe_dim = pe_dim
         self.seed = seed
         self.token_path = check_bool(owner, "token_path", token_path)
-        self.token_shard = TokenShard()
+        self._token_shard = TokenShard()
         self.sequences: list[TokenBatch] | None = None
         self.build_seconds: dict[str, float] = {}
 
@@ -300,19 +303,19 @@ class NodeSequenceDataModule(CachedDataModule):
         )
         return meta
 
-    def rank_and_world_size(self) -> tuple[int, int]:
-        """The rank and size of :attr:`token_shard` (set by ``GraphParallelStrategy``).
+    @property
+    def token_shard(self) -> TokenShard:
+        """The token shard ``setup`` loaded (``TokenShard()``, every token, before)."""
+        return self._token_shard
 
-        Not the Trainer's: data-parallel ranks each load every token; only graph-parallel
-        ranks split the tokens of a sequence. The default ``TokenShard()`` gives ``(0, 1)``,
-        what the base gives without a Trainer.
+    def rank_and_world_size(self) -> tuple[int, int]:
+        """The token shard the Trainer's strategy reports in ``sequence_parallel_kwargs``.
+
+        Not the Trainer's rank and world size: data-parallel ranks each load every token;
+        only graph-parallel ranks split the tokens of a sequence. ``(0, 1)`` without a
+        Trainer or a graph-parallel strategy.
         """
-        shard = self.token_shard
-        if not isinstance(shard, TokenShard):
-            raise TypeError(
-                f"NodeSequenceDataModule: expected `token_shard` to be a TokenShard but got "
-                f"{type(shard).__name__}."
-            )
+        shard = sequence_parallel_shard(self.trainer)
         return shard.rank, shard.world_size
 
     def load(self, cache: CacheReader, rank: int, world_size: int) -> None:
@@ -330,6 +333,7 @@ class NodeSequenceDataModule(CachedDataModule):
             with cache.reading(f"seq{s:05d}.pt") as path:
                 sequences.append(_from_state(path, world_size, rank))
         self.sequences = sequences
+        self._token_shard = TokenShard(world_size, rank)
 
     def is_loaded(self) -> bool:
         return self.sequences is not None

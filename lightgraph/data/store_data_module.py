@@ -12,6 +12,12 @@ rank (``setup``). Its subclasses only differ in how they sample:
   held in memory (``storage="memory"``: NS-Mem) or memory-mapped from the store
   (``storage="mmap"``: NS-Ext, the operating system's page cache is the only cache).
 
+Under a data-parallel strategy (``ddp``, ``ddp_spawn``, ``ddp_fork``, ... with
+``devices=N``) the training loader of each rank trains its own share of every epoch (the
+rank and world size come from the Trainer's strategy, :attr:`PartitionStoreDataModule.
+shard`): one-stage sampling splits the epoch's targets, HANOI the epoch's partitions;
+every rank takes the same number of steps.
+
 Evaluation (``eval_mode``) is either exact layer-wise inference over the whole graph (a
 :class:`~lightgraph.data.full_graph_batch.FullGraphBatch`) or neighbour sampling with
 ``eval_fanouts`` (NS(20, 20, 20) by default).
@@ -38,6 +44,7 @@ from lightgraph.data.cached_data_module import (
     CacheWriter,
     fingerprint_digest,
 )
+from lightgraph.data.data_parallel import DataParallelShard, data_parallel_shard
 from lightgraph.data.full_graph_batch import FullGraphBatch, SingleBatchLoader
 from lightgraph.data.graph_dataset import (
     DatasetSizes,
@@ -67,6 +74,17 @@ _STORE_FORMAT = 1
 
 class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
     """Base of the data modules that train from a :class:`~lightgraph.data.PartitionStore`.
+
+    The store is built by ``prepare_data``, which Lightning runs on local rank 0 of every
+    node (``prepare_data_per_node=True``, its default) before the other ranks of the node
+    run ``setup``: each node builds it once, in ``cache_dir``. On a file system all nodes
+    share, build it once for the whole job by setting ``prepare_data_per_node = False`` on
+    the data module (then only global rank 0 builds it); a rank that finds no finished
+    store in ``setup`` builds one itself (concurrent builders cannot corrupt the store,
+    the first to finish wins), so a node-local ``cache_dir`` needs the default. A store
+    built ahead with :func:`build_store` is reused. Every rank then opens the store
+    read-only (files opened read-only, memory maps copy-on-write): training never writes
+    to it.
 
     Args:
         dataset: the graph (any :class:`~lightgraph.data.GraphDataset`).
@@ -177,6 +195,13 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         return self.store is not None
 
     # ------------------------------------------------------------------ shared pieces
+    @property
+    def shard(self) -> DataParallelShard:
+        """This process's data-parallel ``(rank, world_size)``: the Trainer's strategy's
+        (``distributed_sampler_kwargs``), ``(0, 1)`` on one device or without a Trainer.
+        The training loader trains this rank's share of every epoch."""
+        return data_parallel_shard(self.trainer)
+
     def _store(self) -> PartitionStore:
         if self.store is None:
             raise RuntimeError(
@@ -227,12 +252,26 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         return FullGraphBatch(*self.graph_arrays(), masks, store.node_ids)
 
     def _eval_loader(self, split: str) -> Iterable[Any]:
+        """Layer-wise: the whole graph on every rank (the model splits the work). Sampled:
+        under data parallelism each rank evaluates a contiguous share of the split's nodes
+        (sizes differ by at most one, none dropped: every node is evaluated exactly once;
+        unequal batch counts are fine, evaluation steps do not synchronise)."""
         if self.eval_mode == "layerwise":
             return SingleBatchLoader(self.full_graph())
         arrays = self.graph_arrays()
+        nodes = self.split_nodes(split)
+        rank, world_size = self.shard
+        if world_size > 1:
+            if nodes.numel() < world_size:
+                raise ValueError(
+                    f"{type(self).__name__}: sampled evaluation gives every data-parallel rank "
+                    f"a share of the {split!r} nodes, but there are {nodes.numel()} for "
+                    f"{world_size} ranks; use eval_mode='layerwise' or fewer devices."
+                )
+            nodes = torch.tensor_split(nodes, world_size)[rank]
         return NeighborSamplingLoader(
             *arrays,
-            self.split_nodes(split),
+            nodes,
             self.eval_fanouts,
             self.eval_batch_size,
             shuffle=False,
@@ -286,8 +325,19 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         batch_size: training nodes per mini-batch (thesis default 1000).
         reuse: passes over each macro-batch, in [1, 4] (the most passes with
             ``adaptive_reuse``).
-        adaptive_reuse: reuse a macro-batch only while the next one is still being read.
+        adaptive_reuse: reuse a macro-batch only while the next one is still being read
+            (one process only: with several data-parallel ranks the ranks would take
+            different numbers of steps; use a fixed ``reuse`` there).
         prefetch: read the next macro-batch in a background thread.
+
+    With ``N`` data-parallel ranks each rank reads, reuses and trains only its own
+    macro-batches, cut from its group of the epoch's partitions (balanced by training
+    targets); trailing targets of the ranks with more steps are left out so that every
+    rank takes the same number of steps (``io_stats()["dropped_targets"]``; rule and bound
+    in :func:`~lightgraph.data.macro_batch.shard_macro_batches`). The drops stay small
+    when every rank gets the same number of equally large macro-batches: a GAP store
+    (target-balanced partitions) with ``num_parts`` a multiple of
+    ``N * parts_per_batch``.
     """
 
     def __init__(
@@ -331,8 +381,10 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         self._train_loader: MacroBatchLoader | None = None
 
     def train_loader(self) -> MacroBatchLoader:
-        """The (single, stateful) training loader."""
-        if self._train_loader is None:
+        """The (single, stateful) training loader of this rank's :attr:`shard`."""
+        rank, world_size = self.shard
+        loader = self._train_loader
+        if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
             self._train_loader = MacroBatchLoader(
                 self._store(),
                 self.parts_per_batch,
@@ -342,6 +394,8 @@ class MacroBatchDataModule(PartitionStoreDataModule):
                 adaptive_reuse=self.adaptive_reuse,
                 prefetch=self.prefetch,
                 seed=self.seed,
+                rank=rank,
+                world_size=world_size,
             )
         return self._train_loader
 
@@ -370,8 +424,13 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         dataset, eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed: see
             :class:`PartitionStoreDataModule`.
         fanouts: neighbours per hop (thesis default 15, 10, 5).
-        batch_size: training nodes per mini-batch.
+        batch_size: training nodes per mini-batch (per rank under data parallelism).
         storage: ``"memory"`` or ``"mmap"``.
+
+    With ``N`` data-parallel ranks every epoch's shuffled training nodes are dealt out
+    like one process's global batches of ``N * batch_size``: rank ``r`` trains the
+    ``r``-th ``batch_size`` slice of each (:func:`~lightgraph.data.data_parallel.
+    shard_targets`; at most ``N - 1`` nodes left out per epoch).
     """
 
     def __init__(
@@ -412,7 +471,10 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         return super().graph_arrays()
 
     def train_loader(self) -> NeighborSamplingLoader:
-        if self._train_loader is None:
+        """The (single, stateful) training loader of this rank's :attr:`shard`."""
+        rank, world_size = self.shard
+        loader = self._train_loader
+        if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
             indptr, indices, x, y = self.graph_arrays()
             self.pages.configure(x, indptr, indices, enabled=self.storage == "mmap")
             self._train_loader = NeighborSamplingLoader(
@@ -428,6 +490,8 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
                 node_ids=self._store().node_ids,
                 on_batch=self.pages.count,
                 memory_mapped=self.memory_mapped(x),
+                rank=rank,
+                world_size=world_size,
             )
         return self._train_loader
 

@@ -3,6 +3,7 @@ the typed hand-off that tells a data module which shard a rank keeps."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -13,7 +14,7 @@ from lightgraph.functional.attention import AttentionGraph
 from lightgraph.functional.sequence_parallel import shard_range
 from lightgraph.utilities.checks import check_int
 
-__all__ = ["TokenBatch", "TokenShard"]
+__all__ = ["TokenBatch", "TokenShard", "sequence_parallel_shard"]
 
 _TOKEN_FIELDS = (
     "x",
@@ -33,9 +34,9 @@ _TOKEN_FIELDS = (
 class TokenShard:
     """Which contiguous token shard of every sequence a rank keeps.
 
-    Set on :attr:`~lightgraph.data.node_sequence.NodeSequenceDataModule.token_shard` by
-    the graph-parallel strategy (``world_size`` ranks of its sequence-parallel group, this
-    process being ``rank``); the default keeps every token. The shard is the range
+    What a graph-parallel strategy reports in ``sequence_parallel_kwargs`` (``world_size``
+    ranks of its sequence-parallel group, this process being ``rank``), read by
+    :func:`sequence_parallel_shard`; the default keeps every token. The shard is the range
     :func:`~lightgraph.functional.sequence_parallel.shard_range` gives.
 
     Args:
@@ -55,6 +56,28 @@ class TokenShard:
     def is_sharded(self) -> bool:
         """Whether a rank keeps only part of the tokens (``world_size > 1``)."""
         return self.world_size > 1
+
+
+def sequence_parallel_shard(trainer: Any) -> TokenShard:
+    """The token shard ``trainer``'s strategy assigns this process.
+
+    Read from ``trainer.strategy.sequence_parallel_kwargs`` -- ``{"world_size": P, "rank":
+    r}``, what :class:`~lightgraph.strategies.GraphParallelStrategy` reports once set up --
+    the way Lightning's loaders read the data-parallel replicas from the strategy's
+    ``distributed_sampler_kwargs``; ``TokenShard()`` (every token) without a trainer or for
+    a strategy without the property (no graph parallelism).
+    """
+    strategy = getattr(trainer, "strategy", None)
+    kwargs = getattr(strategy, "sequence_parallel_kwargs", None)
+    if kwargs is None:
+        return TokenShard()
+    if not isinstance(kwargs, Mapping) or set(kwargs) != {"world_size", "rank"}:
+        raise TypeError(
+            f"sequence_parallel_shard: expected the strategy's `sequence_parallel_kwargs` to be "
+            f"a mapping with keys 'world_size' and 'rank' but {type(strategy).__name__} gives "
+            f"{kwargs!r}."
+        )
+    return TokenShard(world_size=kwargs["world_size"], rank=kwargs["rank"])
 
 
 @dataclass(eq=False)

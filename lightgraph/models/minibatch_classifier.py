@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -9,10 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
-from torchmetrics import Metric
+from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
 
+from lightgraph.data.data_parallel import data_parallel_shard
 from lightgraph.data.full_graph_batch import FullGraphBatch
+from lightgraph.functional.sequence_parallel import shard_range
 from lightgraph.nn.destination import destination_forward
 from lightgraph.nn.history import HistoricalEmbeddings
 from lightgraph.nn.layerwise import layerwise_inference
@@ -35,6 +38,14 @@ class MiniBatchNodeClassifier(pl.LightningModule):
     * a :class:`~lightgraph.data.FullGraphBatch`: exact layer-wise inference over the
       whole graph (:func:`lightgraph.nn.layerwise.layerwise_inference`, PyG ``BasicGNN``
       models only), then metrics over the split's nodes.
+
+    Under data parallelism (the strategy's ``distributed_sampler_kwargs``: ``N`` replicas)
+    evaluation is split over the ranks: layer-wise inference computes every layer for this
+    rank's contiguous share of the nodes and all-gathers the layer (every rank then holds
+    every node's output, the history refresh below included), and each rank updates the
+    metrics with the evaluation nodes of its share; sampled evaluation batches are split by
+    the data module. The metrics sum their states over the ranks when computed and
+    ``val_loss`` is the global mean, so the logged values are those of one process.
 
     Logged metrics: ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``,
     ``test_acc`` (``*_f1``, micro-F1, for multi-label graphs) and ``train_step_time``
@@ -96,6 +107,11 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         self.train_metric = self._make_metric(num_classes)
         self.val_metric = self._make_metric(num_classes)
         self.test_metric = self._make_metric(num_classes)
+        # Losses as metrics: their (weighted sum, count) states are summed over the ranks.
+        # (Lightning's `sync_dist` mean averages the ranks' integer batch counts, which
+        # truncates when they are unequal, as evaluation shares may be.)
+        self.train_loss_metric = MeanMetric()
+        self.val_loss_metric = MeanMetric()
         self._stopwatch = Stopwatch()
 
     def _make_metric(self, num_classes: int) -> Metric:
@@ -198,8 +214,14 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         target = self._seed_targets(batch)
         loss = self._loss(logits, target)
         n = int(target.size(0))
+        self.train_loss_metric.update(loss.detach(), weight=n)
         self.log(
-            "train_loss", loss.detach(), prog_bar=True, on_step=False, on_epoch=True, batch_size=n
+            "train_loss",
+            self.train_loss_metric,
+            prog_bar=True,
+            on_step=False,
+            on_epoch=True,
+            batch_size=n,
         )
         self.train_metric.update(self._scores(logits.detach()), target)
         self.log(
@@ -218,6 +240,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             on_step=False,
             on_epoch=True,
             batch_size=1,
+            sync_dist=True,  # every rank runs the same number of steps: the mean over all
         )
 
     def _push_history(self, batch: Data, hidden: list[Tensor]) -> None:
@@ -300,32 +323,73 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 return tables[layer]
             return torch.empty(num_nodes, channels)
 
+        chunk = int(self.hparams.inference_chunk_size)
+        rank, world = self._evaluation_shard()
+        rows, exchange = None, None
+        if world > 1:
+            shares = [shard_range(batch.num_nodes, world, r) for r in range(world)]
+            rows = shares[rank]
+
+            def exchange(layer: int, out: Tensor) -> None:
+                _gather_rows(out, shares, rank, chunk, self._all_gather_rows)
+
         return layerwise_inference(
             self.model,
             batch.indptr,
             batch.indices,
             batch.x,
-            chunk_size=int(self.hparams.inference_chunk_size),
+            chunk_size=chunk,
             device=self.device,
             buffer=buffer,
+            rows=rows,
+            exchange=exchange,
         )
+
+    def _evaluation_shard(self) -> tuple[int, int]:
+        """``(rank, world_size)`` over which layer-wise evaluation splits the nodes.
+
+        The data-parallel replicas (:func:`~lightgraph.data.data_parallel.data_parallel_shard`)
+        when they are all the Trainer's processes (the all-gather spans the whole world);
+        ``(0, 1)`` otherwise (one process, or a strategy whose ranks are not replicas, such
+        as graph or pipeline parallelism: every rank computes everything).
+        """
+        trainer = self._trainer
+        shard = data_parallel_shard(trainer)
+        if shard.world_size > 1 and shard.world_size == int(trainer.world_size):
+            return shard.rank, shard.world_size
+        return 0, 1
+
+    def _all_gather_rows(self, block: Tensor) -> Tensor:
+        # On the module's device (NCCL gathers CUDA tensors), back where the rows live.
+        return self.all_gather(block.to(self.device)).to(block.device)
 
     def _evaluate(self, batch: Data | FullGraphBatch, stage: str) -> None:
         metric = self.val_metric if stage == "val" else self.test_metric
         if isinstance(batch, FullGraphBatch):
             logits_all = self._full_graph_logits(batch, refresh=stage == "val")
             nodes = batch.nodes(stage)
+            if nodes.numel() == 0:  # the same on every rank: none of them logs
+                return
+            rank, world = self._evaluation_shard()
+            if world > 1:  # this rank's share; the metric states are summed over the ranks
+                start, stop = shard_range(batch.num_nodes, world, rank)
+                nodes = nodes[(nodes >= start) & (nodes < stop)]
             logits = logits_all[nodes].to(self.device)
             target = batch.y[nodes].to(self.device)
         else:
             logits = self(batch)
             target = self._seed_targets(batch)
         n = int(target.size(0))
-        if n == 0:
+        if n == 0 and not isinstance(batch, FullGraphBatch):
             return
+        # A rank whose share holds no evaluation node still logs (with weight 0, its metric
+        # states zero), as every rank takes part in the epoch-end reductions.
+        if n:
+            if stage == "val":
+                self.val_loss_metric.update(self._loss(logits, target), weight=n)
+            metric.update(self._scores(logits), target)
         if stage == "val":
-            self.log("val_loss", self._loss(logits, target), batch_size=n)
-        metric.update(self._scores(logits), target)
+            self.log("val_loss", self.val_loss_metric, batch_size=n)
         self.log(f"{stage}_{self.metric_name}", metric, prog_bar=True, batch_size=n)
 
     def validation_step(self, batch: Data | FullGraphBatch, batch_idx: int) -> None:
@@ -344,3 +408,30 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         return torch.optim.Adam(
             self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
+
+
+def _gather_rows(
+    out: Tensor,
+    shares: list[tuple[int, int]],
+    rank: int,
+    block: int,
+    all_gather: Callable[[Tensor], Tensor],
+) -> None:
+    """Fill the rows of ``out`` the other ranks computed (rank ``r`` wrote ``shares[r]``).
+
+    In rounds of at most ``block`` rows per rank, so no round holds more than
+    ``world_size * block`` rows: ``all_gather(t)`` returns ``[world_size, *t.shape]``, every
+    rank's ``t``; shorter shares are padded with zeros.
+    """
+    longest = max(stop - start for start, stop in shares)
+    mine = shares[rank]
+    for offset in range(0, longest, block):
+        size = min(block, longest - offset)
+        lo, hi = min(mine[0] + offset, mine[1]), min(mine[0] + offset + size, mine[1])
+        send = out.new_zeros(size, out.size(1))
+        send[: hi - lo] = out[lo:hi]
+        gathered = all_gather(send)
+        for r, (start, stop) in enumerate(shares):
+            if r != rank:
+                lo, hi = min(start + offset, stop), min(start + offset + size, stop)
+                out[lo:hi] = gathered[r, : hi - lo]

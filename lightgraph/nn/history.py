@@ -30,6 +30,21 @@ hop): the output of layer ``l`` holds the rows of hops ``0..L-1-l`` (the rows la
 ``l + 1`` reads); ``halo_index[l]`` are the halo positions among them; the caller pushes,
 for layer ``l``, the non-halo rows among the same hops (their outputs saw their whole
 sampled neighbourhood).
+
+**Data parallelism.** Under a data-parallel strategy every rank trains its own macro-batches
+and holds its own replica of the tables; a halo row one rank reads may be one another rank
+just computed. With ``sync="step"`` (the default) every :meth:`~HistoricalEmbeddings.push`
+is an all-gather over the ranks: each replica writes the rows every rank pushed in that
+step, in rank order, so all replicas stay equal to the one table a single process would hold
+after receiving the same pushes in rank order (the rows pushed by other ranks in a step
+arrive at its end: a replica is never staler than that single table by more than those).
+With ``sync="epoch"`` nothing is exchanged: each replica gets its own rank's pushes, and the
+other ranks' rows stay at the last exact refresh (the warm fill, then every exact validation,
+``MiniBatchNodeClassifier(refresh_history=True)``), which makes the replicas equal again.
+Replicas start equal: the warm fill is deterministic and runs at train start, after the
+strategy broadcast rank 0's weights. The per-step exchange costs three collectives per
+push (the row counts, then the values and ids padded to the largest count): every rank
+receives every other rank's pushed rows (``stats["bytes_gathered"]``).
 """
 
 from __future__ import annotations
@@ -37,13 +52,17 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from lightgraph.nn.destination import check_layered_gnn
 from lightgraph.nn.layerwise import layerwise_inference
-from lightgraph.utilities.checks import check_int, check_type
+from lightgraph.utilities.checks import check_choice, check_int, check_type
 
 __all__ = ["HistoricalEmbeddings"]
+
+#: How replicas of the tables meet under data parallelism (see the module docstring).
+SYNC_MODES: tuple[str, ...] = ("step", "epoch")
 
 
 def _check_ids(owner: str, name: str, ids: Any, num_nodes: int) -> Tensor:
@@ -68,6 +87,45 @@ def _check_ids(owner: str, name: str, ids: Any, num_nodes: int) -> Tensor:
     return ids.to(torch.long)
 
 
+def _all_gather_rows(
+    ids: Tensor, values: Tensor, group: Any
+) -> tuple[list[tuple[Tensor, Tensor]], int]:
+    """Every rank's pushed rows: ``(rows, nbytes)``, ``rows[r] = (ids, values)`` of rank
+    ``r`` and ``nbytes`` the bytes this rank received.
+
+    Ranks push different row counts: the counts are gathered first, then every rank's
+    values and ids, each padded to the largest count, with ``all_gather_into_tensor``
+    (three collectives; the ranks' rows arrive as contiguous slices, nothing is packed or
+    unpacked). CUDA tensors with NCCL, host tensors with any other backend.
+    """
+    world = dist.get_world_size(group)
+    nccl = "nccl" in str(dist.get_backend(group))
+    device = values.device if nccl and values.is_cuda else torch.device("cpu")
+    counts = torch.empty(world, dtype=torch.long, device=device)
+    mine = torch.tensor([ids.numel()], dtype=torch.long, device=device)
+    dist.all_gather_into_tensor(counts, mine, group=group)
+    sizes = counts.tolist()
+    longest = max(sizes)
+    if longest == 0:
+        return [(ids[:0], values[:0]) for _ in sizes], 0
+
+    def gather(rows: Tensor) -> Tensor:
+        rows = rows.to(device)
+        if rows.size(0) < longest:
+            padded = rows.new_zeros((longest, *rows.shape[1:]))
+            padded[: rows.size(0)] = rows
+            rows = padded
+        out = rows.new_empty((world * longest, *rows.shape[1:]))
+        dist.all_gather_into_tensor(out, rows.contiguous(), group=group)
+        return out
+
+    all_values, all_ids = gather(values), gather(ids.to(torch.long))
+    starts = [r * longest for r in range(world)]
+    rows = [(all_ids[a : a + n], all_values[a : a + n]) for a, n in zip(starts, sizes, strict=True)]
+    received = (world - 1) * longest * (values.size(1) * values.element_size() + 8)
+    return rows, received
+
+
 class HistoricalEmbeddings:
     """One table per hidden layer of a ``BasicGNN``, rows indexed by the graph's node ids.
 
@@ -76,16 +134,27 @@ class HistoricalEmbeddings:
     the graph (store row ids). The tables are allocated by :meth:`fill` or, lazily and
     zero-initialised, by the first :meth:`push` of each layer (in layer order).
 
+    Under data parallelism (``torch.distributed`` initialised, more than one rank in
+    ``group``) each rank holds a replica; ``sync`` says how the replicas meet (module
+    docstring): ``"step"`` makes every :meth:`push` a collective (every rank must push the
+    same layers in the same order, as training steps in lockstep do), ``"epoch"`` keeps
+    pushes local and relies on the exact refresh by validation. One process: no difference.
+
     Args:
         num_nodes: rows of every table (nodes of the graph).
         device: where the tables live (default: host memory).
         dtype: floating dtype of the tables (e.g. ``torch.float16`` halves their size).
+        sync: ``"step"`` (all-gather the pushed rows at every push) or ``"epoch"`` (no
+            exchange).
+        group: the process group of the replicas (default: the whole world).
 
     Attributes:
         filled: ``True`` once :meth:`fill` ran (or a filled table was loaded).
         tables: the per-layer tables.
-        stats: ``{"bytes_pulled", "bytes_pushed"}``, bytes of table rows read by
-            :meth:`pull` and written by :meth:`push` (:meth:`reset_stats` zeroes them).
+        stats: ``{"bytes_pulled", "bytes_pushed", "bytes_gathered"}``, bytes of table rows
+            read by :meth:`pull` and written by this rank's :meth:`push`, and bytes received
+            from the other ranks by ``sync="step"`` (ids and padding included;
+            :meth:`reset_stats` zeroes them).
     """
 
     def __init__(
@@ -93,6 +162,8 @@ class HistoricalEmbeddings:
         num_nodes: int,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        sync: str = "step",
+        group: Any = None,
     ) -> None:
         owner = "HistoricalEmbeddings"
         self.num_nodes = check_int(owner, "num_nodes", num_nodes, low=1)
@@ -105,15 +176,17 @@ class HistoricalEmbeddings:
                 f"torch.float16, torch.bfloat16, ...) but got {dtype}."
             )
         self.dtype = dtype
+        self.sync = check_choice(owner, "sync", sync, SYNC_MODES)
+        self.group = group
         self.tables: list[Tensor] = []
         self.filled = False
-        self.stats: dict[str, int] = {"bytes_pulled": 0, "bytes_pushed": 0}
+        self.stats: dict[str, int] = {"bytes_pulled": 0, "bytes_pushed": 0, "bytes_gathered": 0}
 
     def __repr__(self) -> str:
         widths = [int(t.size(1)) for t in self.tables]
         return (
             f"HistoricalEmbeddings(num_nodes={self.num_nodes}, widths={widths}, "
-            f"dtype={self.dtype}, device={self.device}, filled={self.filled})"
+            f"dtype={self.dtype}, device={self.device}, sync={self.sync!r}, filled={self.filled})"
         )
 
     def num_layers(self) -> int:
@@ -127,7 +200,16 @@ class HistoricalEmbeddings:
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats`."""
-        self.stats = {"bytes_pulled": 0, "bytes_pushed": 0}
+        self.stats = {"bytes_pulled": 0, "bytes_pushed": 0, "bytes_gathered": 0}
+
+    def exchanges(self) -> bool:
+        """Whether :meth:`push` all-gathers: ``sync="step"`` among several initialised ranks."""
+        return (
+            self.sync == "step"
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size(self.group) > 1
+        )
 
     def _check_layer(self, owner: str, layer: Any, allow_next: bool = False) -> int:
         n = self.num_layers()
@@ -154,6 +236,8 @@ class HistoricalEmbeddings:
 
         The first push of layer ``num_layers()`` allocates that table (zeros, width
         ``values.size(1)``). With repeated ids, which of their values is kept is unspecified.
+        With :meth:`exchanges`, every rank's rows of this push are written, rank by rank
+        (a later rank's row wins over an earlier rank's for the same id).
         """
         owner = "HistoricalEmbeddings.push"
         layer = self._check_layer(owner, layer, allow_next=True)
@@ -174,10 +258,16 @@ class HistoricalEmbeddings:
                 f"{owner}: expected `values` to have the width of table {layer} "
                 f"({table.size(1)}) but got {values.size(1)} columns."
             )
-        table.index_copy_(
-            0, ids.to(table.device), values.detach().to(device=table.device, dtype=table.dtype)
-        )
+        values = values.detach().to(dtype=table.dtype)
         self.stats["bytes_pushed"] += values.size(0) * table.size(1) * table.element_size()
+        if not self.exchanges():
+            table.index_copy_(0, ids.to(table.device), values.to(table.device))
+            return
+        rows, received = _all_gather_rows(ids, values, self.group)
+        self.stats["bytes_gathered"] += received
+        for rank_ids, rank_values in rows:  # rank by rank: a later rank wins a shared id
+            if rank_ids.numel():
+                table.index_copy_(0, rank_ids.to(table.device), rank_values.to(table.device))
 
     @torch.no_grad()
     def fill(
@@ -241,11 +331,17 @@ class HistoricalEmbeddings:
         self.filled = True
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"num_nodes", "filled", "tables"}`` (the tables are not copied)."""
-        return {"num_nodes": self.num_nodes, "filled": self.filled, "tables": list(self.tables)}
+        """``{"num_nodes", "filled", "sync", "tables"}`` (the tables are not copied)."""
+        return {
+            "num_nodes": self.num_nodes,
+            "filled": self.filled,
+            "sync": self.sync,
+            "tables": list(self.tables),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore tables and ``filled`` (tables moved to this history's device and dtype)."""
+        """Restore tables, ``filled`` and ``sync`` when saved (tables moved to this history's
+        device and dtype)."""
         owner = "HistoricalEmbeddings.load_state_dict"
         check_type(owner, "state", state, dict, "from HistoricalEmbeddings.state_dict()")
         missing = [k for k in ("num_nodes", "filled", "tables") if k not in state]
@@ -270,3 +366,5 @@ class HistoricalEmbeddings:
             tables.append(t.detach().to(device=self.device, dtype=self.dtype, copy=True))
         self.tables = tables
         self.filled = bool(state["filled"])
+        if "sync" in state:
+            self.sync = check_choice(owner, "state['sync']", state["sync"], SYNC_MODES)

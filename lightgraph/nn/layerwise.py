@@ -57,6 +57,8 @@ def layerwise_inference(
     device: torch.device | str | None = None,
     buffer: Callable[[int, int, int], Tensor] | None = None,
     depth: int | None = None,
+    rows: tuple[int, int] | None = None,
+    exchange: Callable[[int, Tensor], None] | None = None,
 ) -> Tensor:
     """Every node's output of ``model`` (a PyG ``BasicGNN``), one layer at a time.
 
@@ -77,6 +79,12 @@ def layerwise_inference(
             hidden layer's output (activation and norm applied, as in the full forward
             pass in eval mode). With ``buffer``, every layer's output stays readable in
             the tensors ``buffer`` returned, e.g. to keep all hidden embeddings.
+        rows: compute only the destinations ``[start, stop)`` of every layer (this
+            process's share when several processes split the work); requires ``exchange``.
+        exchange: ``exchange(layer, out)``, called once this process has written its
+            ``rows`` of layer ``layer``'s output ``out``; it must write the other rows (e.g.
+            an all-gather from the processes that computed them) before the next layer
+            reads them.
 
     Returns:
         ``[num_nodes, out_channels]`` outputs (on the CPU, or whatever ``buffer`` gives);
@@ -90,6 +98,20 @@ def layerwise_inference(
         depth = check_int(owner, "depth", depth, low=1, high=num_layers)
     num_run = num_layers if depth is None else depth
     num_nodes = int(indptr.numel()) - 1
+    if (rows is None) != (exchange is None):
+        raise ValueError(
+            f"{owner}: expected `rows` and `exchange` together (a share of the rows needs an "
+            f"exchange that fills in the others) but got rows={rows!r} and "
+            f"exchange={'None' if exchange is None else 'a callable'}."
+        )
+    first, end = (0, num_nodes) if rows is None else rows
+    if rows is not None and not (
+        isinstance(first, int) and isinstance(end, int) and 0 <= first <= end <= num_nodes
+    ):
+        raise ValueError(
+            f"{owner}: expected `rows` to be (start, stop) with 0 <= start <= stop <= "
+            f"{num_nodes} but got {rows!r}."
+        )
     if x.size(0) != num_nodes:
         raise ValueError(
             f"{owner}: expected `x` to have one row per node of the CSC graph ({num_nodes}) but "
@@ -108,8 +130,8 @@ def layerwise_inference(
                 break
             last = i == model.num_layers - 1
             out: Tensor | None = None
-            for start in range(0, num_nodes, chunk_size):
-                stop = min(start + chunk_size, num_nodes)
+            for start in range(first, end, chunk_size):
+                stop = min(start + chunk_size, end)
                 nodes, edge_index = _chunk_subgraph(indptr, indices, start, stop, scratch)
                 h = current[nodes].to(device=device, dtype=torch.float32)
                 h = conv_to_destinations(conv, h, edge_index.to(device), stop - start)
@@ -128,7 +150,15 @@ def layerwise_inference(
                         else torch.empty(num_nodes, h.size(1))
                     )
                 out[start:stop] = h.to(out.device)
-            assert out is not None
+            if out is None:  # an empty share of `rows`: the widths come from the model
+                channels = int(model.out_channels if last else model.hidden_channels)
+                out = (
+                    buffer(i, num_nodes, channels)
+                    if buffer is not None
+                    else torch.empty(num_nodes, channels)
+                )
+            if exchange is not None:
+                exchange(i, out)
             current = out
     finally:
         model.train(was_training)

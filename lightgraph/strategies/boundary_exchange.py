@@ -38,6 +38,9 @@ class BoundaryExchangeStrategy(ExchangeGroupStrategy):
     :class:`~lightgraph.callbacks.PipelineAdaptor` retune the exchanger's
     ``policy.base_bits`` and ``mode`` between epochs.
 
+    Each rank trains its own partition, so the ranks are replicas over disjoint data: the
+    inherited ``distributed_sampler_kwargs`` (``N`` replicas, this rank) describe them.
+
     Registered names: ``"boundary_exchange"`` (``start_method="popen"``, works under
     ``torchrun`` and SLURM), ``"boundary_exchange_spawn"``, ``"boundary_exchange_fork"``.
 

@@ -9,8 +9,6 @@ import torch.distributed as dist
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from typing_extensions import override
 
-from lightgraph.data.node_sequence import NodeSequenceDataModule
-from lightgraph.data.token_batch import TokenShard
 from lightgraph.distributed.context import ParallelContext
 from lightgraph.distributed.sequence_parallel import (
     SequenceParallel,
@@ -39,9 +37,14 @@ class GraphParallelStrategy(ExchangeGroupStrategy):
 
     The strategy builds a :class:`~lightgraph.distributed.SequenceParallel` on its dedicated
     exchange group (:class:`~lightgraph.strategies.ExchangeGroupStrategy`) and hands it to
-    the module in a :class:`~lightgraph.distributed.ParallelContext`; it tells a
-    :class:`~lightgraph.data.NodeSequenceDataModule` which token shard this rank loads
-    (``datamodule.token_shard``). Weights are replicated and their gradients all-reduced.
+    the module in a :class:`~lightgraph.distributed.ParallelContext`. Data modules learn
+    which token shard this rank loads from :attr:`sequence_parallel_kwargs`
+    (:class:`~lightgraph.data.NodeSequenceDataModule` reads it in ``setup``), as Lightning's
+    loaders learn their replica from ``distributed_sampler_kwargs``; the strategy knows no
+    data module. Graph parallelism is not data parallelism: every rank reads every batch,
+    so :attr:`distributed_sampler_kwargs` reports one replica and neither Lightning's
+    ``DistributedSampler`` nor a sampled data module splits the batches over the ranks.
+    Weights are replicated and their gradients all-reduced.
     The same code path serves gloo (CPU) and NCCL (CUDA). The number of attention heads must
     be a multiple of the number of ranks.
 
@@ -139,12 +142,17 @@ class GraphParallelStrategy(ExchangeGroupStrategy):
                 sp.set_token_importance(token_importance(graph))
         return super().training_step(*args, **kwargs)
 
+    @property
+    def sequence_parallel_kwargs(self) -> dict[str, int]:
+        """This rank's token shard: ``{"world_size": P, "rank": r}`` of the sequence-parallel
+        group, for data modules that cut sequences into token shards (read in their
+        ``setup``, after the strategy has set up its group;
+        :func:`~lightgraph.data.token_batch.sequence_parallel_shard`)."""
+        sp = self.sequence_parallel
+        return {"world_size": sp.world_size, "rank": sp.rank}
+
+    @property
     @override
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        module = self.lightning_module
-        trainer = module._trainer if module is not None else None
-        datamodule = trainer.datamodule if trainer is not None else None
-        if isinstance(datamodule, NodeSequenceDataModule):
-            sp = self.sequence_parallel
-            datamodule.token_shard = TokenShard(world_size=sp.world_size, rank=sp.rank)
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        # Every rank holds a token shard of the *same* sequences: one data-parallel replica.
+        return {"num_replicas": 1, "rank": 0}

@@ -495,6 +495,11 @@ class ScriptedSequenceModule(ScriptedModule):
         super().__init__(clock, **kwargs)
         self.proj = torch.nn.Linear(1, self.HEADS * self.DIM)
 
+    def train_dataloader(self) -> DataLoader:
+        # One batch per epoch: every graph-parallel rank holds a shard of the same sequence
+        # (the strategy reports a single data-parallel replica).
+        return DataLoader(TensorDataset(torch.ones(1, 1)), batch_size=1)
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         epoch, rank = self.current_epoch, self.global_rank
         losses = self.rank1_losses if rank == 1 and self.rank1_losses else self.losses

@@ -103,6 +103,12 @@ def test_pattern_is_the_induced_subgraph_plus_self_loops_global_edges_and_path(f
         assert graph.conditions() == {"c1": True, "c2": True, "c3": True}
 
 
+def _trainer_with_shard(world_size: int, rank: int) -> SimpleNamespace:
+    """A trainer whose strategy reports a token shard, as GraphParallelStrategy does."""
+    kwargs = {"world_size": world_size, "rank": rank}
+    return SimpleNamespace(strategy=SimpleNamespace(sequence_parallel_kwargs=kwargs))
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_shards_concatenate_to_the_full_sequence(full, world_size: int) -> None:
     shards = []
@@ -110,8 +116,9 @@ def test_shards_concatenate_to_the_full_sequence(full, world_size: int) -> None:
         dm = NodeSequenceDataModule(
             _dataset(), sequence_length=LENGTH, pe_dim=3, cache_dir=full.cache_dir
         )
-        dm.token_shard = TokenShard(world_size, rank)  # as GraphParallelStrategy sets it
+        dm.trainer = _trainer_with_shard(world_size, rank)
         dm.setup()
+        assert dm.token_shard == TokenShard(world_size, rank)
         shards.append(dm.train_dataloader())
     for s, whole in enumerate(full.sequences):
         parts = [list(loader)[s] for loader in shards]
@@ -154,7 +161,8 @@ def test_laplacian_pe_rows(full) -> None:
 
 def test_the_model_is_never_read(full) -> None:
     # A trainer whose model asks for 5 PE columns and whose strategy runs 2 graph-parallel
-    # ranks changes nothing: pe_dim and token_shard are the data module's own settings.
+    # ranks, but reports no `sequence_parallel_kwargs`, changes nothing: pe_dim is the data
+    # module's own setting and the token shard comes from that property only.
     model = SimpleNamespace(model=SimpleNamespace(requires_laplacian_pe=True, pe_dim=5))
     sp = SimpleNamespace(world_size=2, rank=1)
     dm = NodeSequenceDataModule(_dataset(), sequence_length=LENGTH, cache_dir=full.cache_dir)
@@ -212,12 +220,17 @@ def test_bad_arguments() -> None:
 
 def test_sequences_too_short_for_the_ranks(tmp_path) -> None:
     dm = NodeSequenceDataModule(_dataset(), sequence_length=148, cache_dir=str(tmp_path))
-    dm.token_shard = TokenShard(4, 0)
+    dm.trainer = _trainer_with_shard(4, 0)
     with pytest.raises(ValueError, match="3 tokens cannot be split over 4"):
         dm.setup()
-    dm.token_shard = (4, 0)  # type: ignore[assignment]
-    with pytest.raises(TypeError, match="`token_shard` to be a TokenShard"):
-        dm.setup()
+    for bad in ((4, 0), {"num_shards": 4, "shard": 0}):
+        dm.trainer = SimpleNamespace(strategy=SimpleNamespace(sequence_parallel_kwargs=bad))
+        with pytest.raises(
+            TypeError, match=r"`sequence_parallel_kwargs` to be a mapping with keys"
+        ):
+            dm.setup()
+    with pytest.raises(AttributeError):
+        dm.token_shard = TokenShard(4, 0)  # type: ignore[misc]  # what setup loaded
 
 
 # ----------------------------------------------------------------------------- the cache

@@ -118,7 +118,7 @@ def test_push_pull_semantics():
     half.push(0, torch.tensor([3]), torch.tensor([[1.5, -2.0]]))
     assert half.tables[0].dtype == torch.float16 and half.stats["bytes_pushed"] == 4
     hist.reset_stats()
-    assert hist.stats == {"bytes_pulled": 0, "bytes_pushed": 0}
+    assert hist.stats == {"bytes_pulled": 0, "bytes_pushed": 0, "bytes_gathered": 0}
 
 
 @pytest.mark.parametrize(
@@ -311,3 +311,76 @@ def test_history_splice_compiles_to_one_graph():
     with torch.no_grad():
         out, _ = compiled(model, x[nodes], local, nph, eph, halo_index, hist)
     torch.testing.assert_close(out[: len(SEEDS)], full_out[SEEDS], atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------- data-parallel replicas
+SYNC_NODES = 30
+
+
+def _rank_pushes(world: int) -> list[list[tuple[int, Tensor, Tensor]]]:
+    """``pushes[step][rank] = (layer, ids, values)``: every rank's push of every step, from
+    one script every rank knows. Row counts differ per rank (some push nothing, and in
+    step 3 nobody does); ids overlap across ranks, so the order of arrival matters."""
+    g = torch.Generator().manual_seed(7)
+    widths = [3, 5]
+    pushes = []
+    for step in range(6):
+        layer = step % 2
+        row = []
+        for rank in range(world):
+            count = 0 if step == 3 or (rank + step) % 4 == 1 else 2 + (rank * 5 + step * 3) % 9
+            ids = torch.randperm(SYNC_NODES, generator=g)[:count]
+            row.append((layer, ids, torch.randn(count, widths[layer], generator=g)))
+        pushes.append(row)
+    return pushes
+
+
+def _replica(rank: int, world: int, sync: str, dtype: torch.dtype) -> list[Tensor]:
+    hist = HistoricalEmbeddings(SYNC_NODES, dtype=dtype, sync=sync)
+    for row in _rank_pushes(world):
+        hist.push(*row[rank])
+    return [t.clone() for t in hist.tables]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_sync_replicas_equal_one_table_receiving_every_push_in_rank_order(world, dtype):
+    from tests.distributed_helpers import run_distributed
+
+    replicas = run_distributed(_replica, world, "step", dtype, timeout=90)
+    reference = HistoricalEmbeddings(SYNC_NODES, dtype=dtype)
+    for row in _rank_pushes(world):
+        for push in row:
+            reference.push(*push)
+    for rank, tables in enumerate(replicas):
+        assert len(tables) == 2
+        for got, want in zip(tables, reference.tables, strict=True):
+            assert torch.equal(got, want), rank
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_epoch_sync_replicas_keep_only_their_own_pushes():
+    from tests.distributed_helpers import run_distributed
+
+    world = 2
+    replicas = run_distributed(_replica, world, "epoch", torch.float32, timeout=90)
+    for rank, tables in enumerate(replicas):
+        alone = HistoricalEmbeddings(SYNC_NODES)
+        for row in _rank_pushes(world):
+            alone.push(*row[rank])
+        for got, want in zip(tables, alone.tables, strict=True):
+            assert torch.equal(got, want), rank
+    assert not torch.equal(replicas[0][0], replicas[1][0])
+
+
+def test_sync_mode_is_checked_and_saved():
+    with pytest.raises(ValueError, match=r"`sync`.*'step'.*'epoch'.*'always'"):
+        HistoricalEmbeddings(4, sync="always")
+    hist = HistoricalEmbeddings(4, sync="epoch")
+    restored = HistoricalEmbeddings(4)
+    assert restored.sync == "step"  # the default
+    restored.load_state_dict(hist.state_dict())
+    assert restored.sync == "epoch"

@@ -108,3 +108,58 @@ def test_layerwise_restores_training_mode_and_rejects_bad_input():
         layerwise_inference(
             GraphSAGE(4, 8, num_layers=2, out_channels=2, jk="cat"), indptr, indices, x
         )
+
+
+@pytest.mark.parametrize("jk", [None, "last"])
+def test_shares_of_the_rows_with_an_exchange_equal_the_full_graph_forward(jk):
+    # Three "ranks" (threads) each compute a share of every layer's rows -- the last one
+    # none -- and exchange the layer through shared memory at a barrier, as processes
+    # would all-gather it; every one ends with every node's output.
+    import threading
+
+    torch.manual_seed(0)
+    x, edge_index = _graph(n=90, e=400, f=6)
+    model = GraphSAGE(6, 8, num_layers=3, out_channels=4, jk=jk).eval()
+    expected = model(x, edge_index)
+    indptr, indices = to_csc(edge_index, x.size(0))
+    shares = [(0, 50), (50, 90), (90, 90)]
+    barrier = threading.Barrier(len(shares))
+    written: dict[tuple[int, int], torch.Tensor] = {}
+    results: list[torch.Tensor | None] = [None] * len(shares)
+    computed: list[list[int]] = [[] for _ in shares]
+
+    def run(rank: int) -> None:
+        def exchange(layer: int, out: torch.Tensor) -> None:
+            start, stop = shares[rank]
+            computed[rank].append(layer)
+            written[(layer, rank)] = out[start:stop].clone()
+            barrier.wait()
+            for r, (a, b) in enumerate(shares):
+                out[a:b] = written[(layer, r)]
+            barrier.wait()
+
+        results[rank] = layerwise_inference(
+            model, indptr, indices, x, chunk_size=16, rows=shares[rank], exchange=exchange
+        )
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(shares))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert computed == [[0, 1, 2]] * 3
+    for out in results:
+        assert out is not None
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_rows_need_an_exchange_and_lie_in_the_graph():
+    x, edge_index = _graph(n=20, e=40, f=4)
+    model = GraphSAGE(4, 8, num_layers=2, out_channels=2)
+    indptr, indices = to_csc(edge_index, 20)
+    with pytest.raises(ValueError, match="`rows` and `exchange` together"):
+        layerwise_inference(model, indptr, indices, x, rows=(0, 10))
+    with pytest.raises(ValueError, match="`rows` and `exchange` together"):
+        layerwise_inference(model, indptr, indices, x, exchange=lambda layer, out: None)
+    with pytest.raises(ValueError, match=r"`rows` to be \(start, stop\) with 0 <= start"):
+        layerwise_inference(model, indptr, indices, x, rows=(5, 21), exchange=lambda i, o: None)

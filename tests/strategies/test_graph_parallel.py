@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
@@ -11,6 +12,8 @@ from lightning.pytorch.strategies import StrategyRegistry
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightgraph.data.data_parallel import data_parallel_shard
+from lightgraph.data.token_batch import TokenShard, sequence_parallel_shard
 from lightgraph.distributed import ParallelContextHolder, SequenceParallel
 from lightgraph.functional.sequence_parallel import shard_range
 from lightgraph.strategies.graph_parallel import GraphParallelStrategy
@@ -137,6 +140,25 @@ def test_registered_names() -> None:
 def test_bad_start_method() -> None:
     with pytest.raises(ValueError, match="`start_method` in .* but got 'teleport'"):
         GraphParallelStrategy(start_method="teleport")  # type: ignore[arg-type]
+
+
+def test_ranks_are_one_data_parallel_replica() -> None:
+    # Every rank holds a token shard of the same sequences: a sampled data module must not
+    # split its batches over the graph-parallel ranks.
+    strategy = GraphParallelStrategy()
+    assert strategy.distributed_sampler_kwargs == {"num_replicas": 1, "rank": 0}
+    assert data_parallel_shard(SimpleNamespace(strategy=strategy)) == (0, 1)
+
+
+def test_sequence_parallel_kwargs_name_this_ranks_token_shard() -> None:
+    strategy = GraphParallelStrategy()
+    with pytest.raises(RuntimeError, match="once the Trainer has set up"):
+        _ = strategy.sequence_parallel_kwargs
+    sp = SimpleNamespace(world_size=3, rank=2)
+    context = SimpleNamespace(require_sequence_parallel=lambda owner: sp)
+    strategy._context = context  # type: ignore[assignment]
+    assert strategy.sequence_parallel_kwargs == {"world_size": 3, "rank": 2}
+    assert sequence_parallel_shard(SimpleNamespace(strategy=strategy)) == TokenShard(3, 2)
 
 
 def test_sequence_parallel_before_setup_is_a_clear_error() -> None:
