@@ -12,9 +12,11 @@ targets per optimizer step) in three layouts:
   one process instead).
 
 Reported per layout: the training epoch time (sampling, transfer, model; no evaluation;
-the mean of the epochs after the first), the epoch throughput relative to ``1x1`` and the
-test accuracy after the last epoch (exact layer-wise inference over the whole graph, on
-rank 0, after training). The layouts run one after another, ``--repeats`` times in turn
+the mean of the epochs after the first), the epoch throughput relative to ``1x1``, the
+cores rank 0's process keeps busy (its CPU seconds per wall second, background sampling
+and reading threads included), for JOESTAR-II the seconds rank 0 spent in the history
+all-gathers, and the test accuracy after the last epoch (exact layer-wise inference over
+the whole graph, split over the ranks, after training). The layouts run one after another, ``--repeats`` times in turn
 (1x1, 2x1, 1x2, 1x1, ...), so slow phases of a shared machine hit every layout.
 
 Goal: ``2x1`` at least 1.6x the epoch throughput of ``1x1`` (equal threads per rank), test
@@ -97,38 +99,50 @@ def run_one(args: argparse.Namespace) -> None:
     class Measure(pl.Callback):
         def __init__(self) -> None:
             self.epoch_s: list[float] = []
+            self.cpu_s: list[float] = []
             self.steps: list[int] = []
 
         def on_train_epoch_start(self, trainer, pl_module) -> None:
             self._tic = time.perf_counter()
+            self._cpu = time.process_time()  # this process, all of its threads
             self._step0 = trainer.global_step
 
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             self.epoch_s.append(time.perf_counter() - self._tic)
+            self.cpu_s.append(time.process_time() - self._cpu)
             self.steps.append(trainer.global_step - self._step0)
 
     measure = Measure()
     trainer.callbacks.insert(0, measure)
     trainer.fit(module, dm)
-    if trainer.global_rank != 0:
-        return
+    # Every rank takes part: layer-wise inference splits the rows over the ranks.
     module.eval()
     with torch.no_grad():
         graph = dm.full_graph()
         logits = module._full_graph_logits(graph)
+    if trainer.global_rank != 0:
+        return
     nodes = graph.nodes("test")
     test = float(
         accuracy(logits[nodes], graph.y[nodes], task="multiclass", num_classes=dm.num_classes)
     )
     later = measure.epoch_s[1:] or measure.epoch_s
+    cpu = measure.cpu_s[1:] or measure.cpu_s
     result = {
         "epoch_s": statistics.mean(later),
         "epoch_s_all": measure.epoch_s,
+        # CPU seconds per wall second of rank 0's process over the same epochs: how many
+        # cores it keeps busy (its background sampler or reader threads included)
+        "cores_busy_rank0": sum(cpu) / sum(later),
         "steps_per_epoch": measure.steps,
         "test_acc": test,
         "ranks": args.ranks,
         "threads": torch.get_num_threads(),
     }
+    history = getattr(module, "history", None)
+    if history is not None:  # JOESTAR-II: the history all-gathers of rank 0, whole run
+        result["history_gather_s"] = float(history.stats["gather_seconds"])
+        result["history_gathered_bytes"] = float(history.stats["bytes_gathered"])
     with open(args.result, "w") as f:
         json.dump(result, f)
 
@@ -229,7 +243,13 @@ def main(argv: list[str] | None = None) -> None:
                 rows[name].append(result)
                 print(
                     f"{system:10s} {name}  rep {rep}  {result['epoch_s']:7.2f} s/epoch  "
-                    f"steps {result['steps_per_epoch']}  test {100 * result['test_acc']:.2f}",
+                    f"cores {result['cores_busy_rank0']:.2f}  "
+                    f"steps {result['steps_per_epoch']}  test {100 * result['test_acc']:.2f}"
+                    + (
+                        f"  history gather {result['history_gather_s']:.2f} s"
+                        if "history_gather_s" in result
+                        else ""
+                    ),
                     flush=True,
                 )
         summary: dict[str, Any] = {}
@@ -240,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             summary[name] = {
                 "epoch_s": statistics.median(r["epoch_s"] for r in ok),
+                "cores_busy_rank0": statistics.median(r["cores_busy_rank0"] for r in ok),
                 "test_acc": statistics.mean(r["test_acc"] for r in ok),
                 "steps_per_epoch": ok[0]["steps_per_epoch"],
                 "runs": ok,

@@ -173,6 +173,43 @@ def test_console_script_runs_vanilla_on_two_processes(tmp_path) -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+def test_data_parallel_fragment_splits_joestar_between_two_processes(tmp_path) -> None:
+    """`--config recipes/fragments/data_parallel.yaml` on the JOESTAR recipe: two ranks
+    (Lightning's own launcher) share each epoch, so each takes half the steps of one
+    process with the same per-rank batch, and prints no Python warning."""
+
+    def fit(name: str, *extra: str) -> tuple[int, subprocess.CompletedProcess]:
+        root = tmp_path / name
+        cmd = [
+            *_console_script(),
+            "fit",
+            "--config",
+            os.path.join(ROOT, "recipes", "joestar.yaml"),
+            *extra,
+            "--data.init_args.dataset.init_args.num_nodes=1000",  # 80 training nodes
+            "--data.init_args.batch_size=5",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            "--trainer.max_epochs=1",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={root}",
+        ]
+        proc = _run(cmd, tmp_path, 250)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (path,) = glob.glob(os.path.join(root, "**", "*.ckpt"), recursive=True)
+        return int(re.search(r"step=(\d+)", os.path.basename(path)).group(1)), proc
+
+    single, _ = fit("single")
+    steps, proc = fit(
+        "two", "--config", os.path.join(ROOT, "recipes", "fragments", "data_parallel.yaml")
+    )
+    assert single == 16  # 8 macro-batches of 10 seeds, 2 mini-batches of 5 each
+    assert steps == single // 2
+    warned = [line for line in proc.stderr.splitlines() if _WARNING_LINE.search(line)]
+    assert warned == [], "\n".join(warned)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 def test_vanilla_resumed_from_its_checkpoint_equals_the_uninterrupted_run(tmp_path) -> None:
     """Issue 16 as a user runs it: `lightgraph fit` on 2 processes (dropout 0.5), 6 epochs
     straight vs. 3 epochs then `--ckpt_path` to 6; the final checkpoints are identical."""

@@ -26,6 +26,7 @@ from lightgraph.quant.bit_width_policy import BitWidthPolicy
 from lightgraph.quant.degree_aware_bits import DegreeAwareBits
 from lightgraph.quant.variance_aware_bits import VarianceAwareBits
 from lightgraph.utilities.checks import check_int, check_type
+from lightgraph.utilities.collectives import all_gather_rows
 from lightgraph.utilities.random_state import (
     check_rng_state,
     generator_state,
@@ -469,7 +470,7 @@ class SequenceParallel:
         padded = x.detach().new_zeros((longest,) + tuple(x.shape[1:]))
         padded[: x.size(0)] = x.detach()
         out = padded.new_empty((self.world_size * longest,) + tuple(x.shape[1:]))
-        dist.all_gather_into_tensor(out, padded, group=self.group)
+        all_gather_rows(out, padded, self.group)
         return torch.cat([out[r * longest : r * longest + n] for r, n in enumerate(sizes)])
 
     # ------------------------------------------------------- raw exchanges

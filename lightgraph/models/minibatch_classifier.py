@@ -20,6 +20,7 @@ from lightgraph.nn.destination import destination_forward
 from lightgraph.nn.history import HistoricalEmbeddings
 from lightgraph.nn.layerwise import layerwise_inference
 from lightgraph.utilities.checks import check_bool, check_non_negative, check_positive
+from lightgraph.utilities.collectives import all_gather_rows
 from lightgraph.utilities.timing import Stopwatch
 
 
@@ -360,8 +361,13 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         return 0, 1
 
     def _all_gather_rows(self, block: Tensor) -> Tensor:
-        # On the module's device (NCCL gathers CUDA tensors), back where the rows live.
-        return self.all_gather(block.to(self.device)).to(block.device)
+        # On the module's device (NCCL gathers CUDA tensors), back where the rows live:
+        # ``[world_size, *block.shape]``.
+        send = block.to(self.device)
+        world = int(self.trainer.world_size)
+        out = send.new_empty((world * send.size(0), *send.shape[1:]))
+        all_gather_rows(out, send)
+        return out.view(world, *send.shape).to(block.device)
 
     def _evaluate(self, batch: Data | FullGraphBatch, stage: str) -> None:
         metric = self.val_metric if stage == "val" else self.test_metric

@@ -49,6 +49,7 @@ receives every other rank's pushed rows (``stats["bytes_gathered"]``).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -58,6 +59,7 @@ from torch import Tensor, nn
 from lightgraph.nn.destination import check_layered_gnn
 from lightgraph.nn.layerwise import layerwise_inference
 from lightgraph.utilities.checks import check_choice, check_int, check_type
+from lightgraph.utilities.collectives import all_gather_rows
 
 __all__ = ["HistoricalEmbeddings"]
 
@@ -94,7 +96,7 @@ def _all_gather_rows(
     ``r`` and ``nbytes`` the bytes this rank received.
 
     Ranks push different row counts: the counts are gathered first, then every rank's
-    values and ids, each padded to the largest count, with ``all_gather_into_tensor``
+    values and ids, each padded to the largest count, into one tensor each
     (three collectives; the ranks' rows arrive as contiguous slices, nothing is packed or
     unpacked). CUDA tensors with NCCL, host tensors with any other backend.
     """
@@ -103,7 +105,7 @@ def _all_gather_rows(
     device = values.device if nccl and values.is_cuda else torch.device("cpu")
     counts = torch.empty(world, dtype=torch.long, device=device)
     mine = torch.tensor([ids.numel()], dtype=torch.long, device=device)
-    dist.all_gather_into_tensor(counts, mine, group=group)
+    all_gather_rows(counts, mine, group)
     sizes = counts.tolist()
     longest = max(sizes)
     if longest == 0:
@@ -116,7 +118,7 @@ def _all_gather_rows(
             padded[: rows.size(0)] = rows
             rows = padded
         out = rows.new_empty((world * longest, *rows.shape[1:]))
-        dist.all_gather_into_tensor(out, rows.contiguous(), group=group)
+        all_gather_rows(out, rows, group)
         return out
 
     all_values, all_ids = gather(values), gather(ids.to(torch.long))
@@ -180,7 +182,8 @@ class HistoricalEmbeddings:
         self.group = group
         self.tables: list[Tensor] = []
         self.filled = False
-        self.stats: dict[str, int] = {"bytes_pulled": 0, "bytes_pushed": 0, "bytes_gathered": 0}
+        self.stats: dict[str, float] = {}
+        self.reset_stats()
 
     def __repr__(self) -> str:
         widths = [int(t.size(1)) for t in self.tables]
@@ -200,7 +203,13 @@ class HistoricalEmbeddings:
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats`."""
-        self.stats = {"bytes_pulled": 0, "bytes_pushed": 0, "bytes_gathered": 0}
+        self.stats = {
+            "bytes_pulled": 0,
+            "bytes_pushed": 0,
+            "bytes_gathered": 0,
+            # wall seconds in the all-gathers (waiting for the other ranks included)
+            "gather_seconds": 0.0,
+        }
 
     def exchanges(self) -> bool:
         """Whether :meth:`push` all-gathers: ``sync="step"`` among several initialised ranks."""
@@ -263,7 +272,9 @@ class HistoricalEmbeddings:
         if not self.exchanges():
             table.index_copy_(0, ids.to(table.device), values.to(table.device))
             return
+        tic = time.perf_counter()
         rows, received = _all_gather_rows(ids, values, self.group)
+        self.stats["gather_seconds"] += time.perf_counter() - tic
         self.stats["bytes_gathered"] += received
         for rank_ids, rank_values in rows:  # rank by rank: a later rank wins a shared id
             if rank_ids.numel():

@@ -118,7 +118,12 @@ def test_push_pull_semantics():
     half.push(0, torch.tensor([3]), torch.tensor([[1.5, -2.0]]))
     assert half.tables[0].dtype == torch.float16 and half.stats["bytes_pushed"] == 4
     hist.reset_stats()
-    assert hist.stats == {"bytes_pulled": 0, "bytes_pushed": 0, "bytes_gathered": 0}
+    assert hist.stats == {
+        "bytes_pulled": 0,
+        "bytes_pushed": 0,
+        "bytes_gathered": 0,
+        "gather_seconds": 0.0,
+    }
 
 
 @pytest.mark.parametrize(
