@@ -8,6 +8,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from lightgraph.data.on_disk import OnDiskGraph
+
 MASK_NAMES = ("train_mask", "val_mask", "test_mask")
 
 
@@ -50,6 +52,16 @@ class GraphDataset(ABC):
     @abstractmethod
     def fingerprint(self) -> str:
         """A stable string identifying this configuration, used as a cache key."""
+
+    def on_disk(self) -> OnDiskGraph | None:
+        """The graph's arrays on disk (memory-mapped), for preparation in bounded memory.
+
+        ``None`` (the default): the graph exists only through :meth:`load`. A dataset whose
+        arrays live in files (e.g. :class:`~lightgraph.data.NpyGraph`) returns them, and
+        the store builders then stream them in chunks sized by their ``memory_budget``
+        instead of loading the whole graph.
+        """
+        return None
 
 
 class DatasetSizes:
