@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import warnings
 from typing import Any
@@ -11,6 +12,8 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import lightgraph.strategies  # noqa: F401  (registers the strategy names)
+from lightgraph.data.graph_dataset import GraphDataset
+from lightgraph.data.npy_graph_writer import from_pyg
 
 
 class LightgraphCLI(LightningCLI):
@@ -25,7 +28,8 @@ class LightgraphCLI(LightningCLI):
 
         LightningCLI warns whenever ``args`` is given while ``sys.argv`` holds arguments
         too, a guard against mixing the two by mistake. The ``lightgraph`` command hands
-        LightningCLI exactly the arguments it was run with (less ``prepare``), so the
+        LightningCLI exactly the arguments it was run with (less ``prepare`` or
+        ``convert``), so the
         warning would fire on every command; lightgraph parses them without it.
         """
         if isinstance(args, (dict, Namespace)):
@@ -88,6 +92,49 @@ def prepare(args: list[str]) -> str:
     return path
 
 
+def convert(args: list[str]) -> str:
+    """``lightgraph convert --config RECIPE --out DIR``: write the recipe's dataset as an
+    :class:`~lightgraph.data.NpyGraph` directory.
+
+    Loads the data module's ``dataset`` once (e.g. a ``RealDataset`` downloaded through
+    OGB or PyG) and writes it to ``DIR`` in chunks with :func:`~lightgraph.data.from_pyg`,
+    so later runs read it memory-mapped (``--data.init_args.dataset.class_path=
+    lightgraph.data.NpyGraph --data.init_args.dataset.init_args.root=DIR``) and the
+    preparation streams it. ``--overwrite`` replaces a graph already in ``DIR``. Every other
+    argument goes to the recipe as in ``lightgraph fit``. Returns ``DIR``.
+    """
+    parser = argparse.ArgumentParser(prog="lightgraph convert", add_help=False, allow_abbrev=False)
+    parser.add_argument("--out", required=True, help="directory to write the graph to")
+    parser.add_argument("--overwrite", action="store_true", help="replace a graph in --out")
+    own, rest = parser.parse_known_args(args)
+    cli = build_cli(args=rest, run=False)
+    module = cli.datamodule
+    dataset = getattr(module, "dataset", None)
+    if not isinstance(dataset, GraphDataset):
+        raise ValueError(
+            f"lightgraph convert: expected the recipe's data module to wrap one GraphDataset "
+            f"(its `dataset` argument) but {type(module).__name__} has "
+            f"{type(dataset).__name__ if dataset is not None else 'no `dataset`'}."
+        )
+    try:
+        graph = from_pyg(
+            dataset.load(),
+            own.out,
+            num_classes=dataset.num_classes,
+            name=dataset.fingerprint(),
+            overwrite=own.overwrite,
+        )
+    except FileExistsError as exc:
+        raise FileExistsError(
+            f"lightgraph convert: {exc} (on the command line: --overwrite)"
+        ) from exc
+    print(
+        f"{type(dataset).__name__}: wrote {graph.num_nodes} nodes, {graph.num_edges} edges "
+        f"to {graph.root}"
+    )
+    return graph.root
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``lightgraph`` console script."""
     argv = sys.argv[1:] if argv is None else argv
@@ -99,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         if argv and argv[0] == "prepare":
             prepare(argv[1:])
+            return
+        if argv and argv[0] == "convert":
+            convert(argv[1:])
             return
         build_cli(args=argv)
 

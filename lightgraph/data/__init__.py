@@ -17,12 +17,16 @@ from lightgraph.data.full_graph_batch import FullGraphBatch
 from lightgraph.data.gap import gap_partition
 from lightgraph.data.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
-from lightgraph.data.hubs import hub_scores, select_hubs
+from lightgraph.data.hubs import hub_scores, select_hubs, select_hubs_on_disk
 from lightgraph.data.macro_batch import MacroBatchLoader
 from lightgraph.data.minibatch import NeighborSamplingLoader, sample_minibatch
 from lightgraph.data.multistage_data_module import MultistageDataModule
 from lightgraph.data.neighbor_sampler import UniformNeighborSampler, neighbor_loader
 from lightgraph.data.node_sequence import NodeSequenceDataModule
+from lightgraph.data.npy_graph import NpyGraph
+from lightgraph.data.npy_graph_writer import NpyGraphWriter, from_pyg
+from lightgraph.data.on_disk import OnDiskGraph
+from lightgraph.data.out_of_core import on_disk_csc
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partition_store import (
     IOStats,
@@ -33,7 +37,7 @@ from lightgraph.data.partition_store import (
     write_partition_store,
 )
 from lightgraph.data.partitioned_data_module import PartitionedGraphDataModule
-from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph, partition_on_disk
 from lightgraph.data.real_dataset import REAL_DATASETS, RealDataset
 from lightgraph.data.store_data_module import (
     MacroBatchDataModule,
@@ -76,6 +80,7 @@ __all__ = [
     "neighbor_loader",
     "sample_minibatch",
     "select_hubs",
+    "select_hubs_on_disk",
     "write_partition_store",
     "CacheReader",
     "CacheWriter",
@@ -83,6 +88,11 @@ __all__ = [
     "CorruptCacheError",
     "GraphSetDataModule",
     "NodeSequenceDataModule",
+    "NpyGraph",
+    "NpyGraphWriter",
+    "from_pyg",
+    "OnDiskGraph",
+    "on_disk_csc",
     "SyntheticGraphSet",
     "TokenBatch",
     "SPECIAL_TOKENS",
@@ -101,5 +111,6 @@ __all__ = [
     "build_partition_plans",
     "generate_synthetic_graph",
     "partition_graph",
+    "partition_on_disk",
     "validate_graph",
 ]

@@ -53,10 +53,13 @@ exactly the argmax over all ``k`` partitions that FENNEL's ``O(k)`` scan would f
 Total time ``O((passes + 1) (|E| + |V| log k))`` plus ``O(|E| + |V| log |V|)`` for the
 deduplicated undirected adjacency and the stream order (the nodes are renamed in stream
 order, so the passes read their per-node arrays sequentially and the high-degree nodes
-they look up most share a few cache lines). Unlike the thesis's out-of-core streaming
-version, the adjacency is held in memory: ``O(|V| + |E|)`` (int32 ids), plus
-``O(k (L + 1))`` for the heaps. Everything runs on the CPU (inputs on another device
-are copied) and one core.
+they look up most share a few cache lines). :func:`gap_partition` holds the adjacency
+in memory: ``O(|V| + |E|)`` (int32 ids), plus ``O(k (L + 1))`` for the heaps.
+:func:`gap_partition_on_disk`, like the thesis's out-of-core streaming version, keeps
+only ``O(|V| + k (L + 1))`` state and chunks of a memory budget in memory: it builds
+the same adjacency by a chunked counting sort into memory-mapped files and streams it
+through the same passes, so it returns the same partition. Everything runs on the CPU
+(inputs on another device are copied) and one core.
 
 The kernels are compiled with numba (``pip install 'numba>=0.59'``); this module
 imports without it, and :func:`gap_partition` then raises an ImportError.
@@ -65,10 +68,15 @@ imports without it, and :func:`gap_partition` then raises an ImportError.
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
+from numpy.lib.format import open_memmap
 from torch import Tensor
 
 from lightgraph.utilities.checks import (
@@ -78,8 +86,9 @@ from lightgraph.utilities.checks import (
     check_type,
     describe,
 )
+from lightgraph.utilities.memory import check_memory_budget
 
-__all__ = ["GAP_GAMMA", "gap_partition"]
+__all__ = ["GAP_GAMMA", "gap_partition", "gap_partition_on_disk"]
 
 #: FENNEL's exponent of the balancing cost.
 GAP_GAMMA = 1.5
@@ -87,6 +96,9 @@ _NUMBA_HINT = "`pip install 'numba>=0.59'`"
 # The kernels below are plain Python until the first call of gap_partition, which swaps
 # each for its numba dispatcher (numba is imported then, not when lightgraph is).
 _KERNELS = (
+    "_csr_count",
+    "_csr_scatter",
+    "_csr_dedup",
     "_better",
     "_balance_score",
     "_heap_fix",
@@ -121,43 +133,66 @@ def _compile_kernels(owner: str) -> None:
 
 
 # ------------------------------------------------------------------------------ kernels
-def _undirected_csr(row, col, num_nodes, indices):  # type: ignore[no-untyped-def]
-    """Deduplicated undirected adjacency without self-loops.
-
-    ``indices`` is scratch of length ``2 * len(row)`` (its dtype is the output's);
-    returns ``(indptr, indices[:nnz])``.
-    """
-    indptr = np.zeros(num_nodes + 1, np.int64)
+def _csr_count(row, col, indptr):  # type: ignore[no-untyped-def]
+    """Add the undirected degree (self-loops skipped, repeats counted) of one chunk of
+    edges to ``indptr[1:]``."""
     for e in range(row.shape[0]):
         a, b = row[e], col[e]
         if a != b:
             indptr[a + 1] += 1
             indptr[b + 1] += 1
-    for v in range(num_nodes):
-        indptr[v + 1] += indptr[v]
-    fill = indptr[:-1].copy()
+
+
+def _csr_scatter(row, col, first, fill, out):  # type: ignore[no-untyped-def]
+    """Append, in edge order, the neighbours that one chunk of edges gives the nodes
+    ``first .. first + len(fill) - 1``: node ``v``'s next slot is ``out[fill[v - first]]``.
+    Every edge ``a - b`` appends ``b`` to ``a`` and ``a`` to ``b``."""
+    stop = first + fill.shape[0]
     for e in range(row.shape[0]):
         a, b = row[e], col[e]
         if a != b:
-            indices[fill[a]] = b
-            fill[a] += 1
-            indices[fill[b]] = a
-            fill[b] += 1
-    # Drop repeats, compacting in place (write <= read always); mark[u] == v once u is kept.
-    mark = np.full(num_nodes, -1, np.int64)
+            if first <= a < stop:
+                out[fill[a - first]] = b
+                fill[a - first] += 1
+            if first <= b < stop:
+                out[fill[b - first]] = a
+                fill[b - first] += 1
+
+
+def _csr_dedup(indptr, first, stop, adjacency, mark, new_indptr):  # type: ignore[no-untyped-def]
+    """Drop the repeated neighbours of nodes ``first .. stop - 1`` (first occurrence kept),
+    compacting ``adjacency`` (their slots, from ``indptr[first]``) in place (write <= read
+    always); ``mark[u] == v`` once ``u`` is kept for ``v``. Sets ``new_indptr[first + 1 :
+    stop + 1]`` after ``new_indptr[first]`` and returns the number of neighbours kept."""
+    base = indptr[first]
     write = 0
-    start = 0
-    for v in range(num_nodes):
-        stop = indptr[v + 1]
-        for j in range(start, stop):
-            u = indices[j]
+    for v in range(first, stop):
+        for j in range(indptr[v] - base, indptr[v + 1] - base):
+            u = adjacency[j]
             if mark[u] != v:
                 mark[u] = v
-                indices[write] = u
+                adjacency[write] = u
                 write += 1
-        start = stop
-        indptr[v + 1] = write
-    return indptr, indices[:write]
+        new_indptr[v + 1] = new_indptr[first] + write
+    return write
+
+
+def _undirected_csr(row, col, num_nodes, indices):  # type: ignore[no-untyped-def]
+    """Deduplicated undirected adjacency without self-loops.
+
+    Node ``v``'s neighbours are listed in the order of the edges that give them (the
+    other end of every edge ``(a, b)`` with ``v`` in ``{a, b}``), each at its first
+    occurrence. ``indices`` is scratch of length ``2 * len(row)`` (its dtype is the
+    output's); returns ``(indptr, indices[:nnz])``.
+    """
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    _csr_count(row, col, indptr)
+    for v in range(num_nodes):
+        indptr[v + 1] += indptr[v]
+    _csr_scatter(row, col, 0, indptr[:-1].copy(), indices)
+    new_indptr = np.zeros(num_nodes + 1, np.int64)
+    write = _csr_dedup(indptr, 0, num_nodes, indices, np.full(num_nodes, -1, np.int64), new_indptr)
+    return new_indptr, indices[:write]
 
 
 def _relabel(indptr, indices, order, rank, out):  # type: ignore[no-untyped-def]
@@ -353,6 +388,131 @@ def gap_partition(
     owner = "gap_partition"
     num_nodes = check_int(owner, "num_nodes", num_nodes, low=0)
     edge_index = check_graph_edge_index(owner, "edge_index", edge_index, num_nodes)
+    num_parts, passes, seed, balance, slack = _check_options(
+        owner, num_nodes, num_parts, passes, seed, balance, slack
+    )
+    stratum, strata_sizes = _strata(owner, y, train_mask, num_nodes)
+    _compile_kernels(owner)
+    if num_parts == 1:
+        return torch.zeros(num_nodes, dtype=torch.long)
+
+    ei = edge_index.cpu().numpy()
+    scratch = np.empty(2 * ei.shape[1], _id_dtype(num_nodes))
+    indptr, indices = _undirected_csr(ei[0], ei[1], num_nodes, scratch)
+    num_edges = max(int(indptr[-1]) // 2, 1)
+    order = _stream_order(indptr, seed)
+    rank = np.empty(num_nodes, indices.dtype)
+    indptr, indices = _relabel(indptr, indices, order, rank, np.empty_like(indices))
+    del rank, scratch
+    part = _assign(
+        indptr, indices, stratum, strata_sizes, order, num_edges, num_parts, passes,
+        balance, slack,
+    )  # fmt: skip
+    return torch.from_numpy(part)
+
+
+def gap_partition_on_disk(
+    edge_index: np.ndarray,
+    num_nodes: int,
+    num_parts: int,
+    y: np.ndarray,
+    train_mask: np.ndarray,
+    *,
+    passes: int = 3,
+    seed: int = 0,
+    balance: float = 1.0,
+    slack: float = 1.1,
+    memory_budget: int | None = None,
+    workdir: str | None = None,
+) -> np.ndarray:
+    """:func:`gap_partition` of a graph kept on disk, in memory bounded by its nodes.
+
+    Returns exactly what :func:`gap_partition` returns on the same arrays (as a NumPy
+    array), holding in memory only ``O(N + k (L + 1))`` state (about 60 bytes per node)
+    and chunk buffers of at most ``memory_budget`` bytes:
+
+    1. degrees: one pass over ``edge_index`` in chunks;
+    2. the deduplicated undirected adjacency, built window by window: a window is a
+       range of nodes whose neighbour slots fit the budget, filled by a pass over the
+       edge chunks (a counting sort: every node's cursor advances in edge order, so
+       the neighbour order is :func:`gap_partition`'s), deduplicated in memory and
+       appended to a memory-mapped file (one node whose slots exceed the budget is a
+       window of its own);
+    3. the adjacency renamed in stream order into a second memory-mapped file (node
+       lists read in stream order, written sequentially);
+    4. the same streaming and refinement passes, which read the renamed adjacency
+       sequentially (``passes + 1`` reads of the file, paged in by the OS).
+
+    The two files (int32 ids below ``2**31`` nodes: at most ``8 E`` bytes each) live in
+    a fresh directory under ``workdir`` and are removed before returning, also on error.
+
+    Args:
+        edge_index: ``[2, E]`` ``int32``/``int64`` array (e.g. a read-only
+            ``numpy.memmap``), row 0 the source; treated as undirected.
+        num_nodes, num_parts, passes, seed, balance, slack: as :func:`gap_partition`.
+        y: ``[N]`` integer class ids or ``[N, C]`` multi-label scores (may be a memmap,
+            read in row chunks).
+        train_mask: boolean ``[N]`` array.
+        memory_budget: bytes of chunk buffers (``>= 1``; ``None``:
+            :func:`~lightgraph.utilities.memory.default_memory_budget`). Half holds a
+            chunk of ``edge_index``, half a window of neighbour slots; the more windows,
+            the more passes over ``edge_index``.
+        workdir: existing directory for the work files (``None``: the system's
+            temporary directory).
+
+    Returns:
+        ``int64`` array ``[num_nodes]`` with values in ``[0, num_parts)``.
+
+    Raises:
+        ValueError: naming the argument, the allowed values and the value received
+            (also for node ids outside ``[0, num_nodes)``).
+        TypeError: if an array argument is not a NumPy array.
+        ImportError: if numba is not installed.
+    """
+    owner = "gap_partition_on_disk"
+    num_nodes = check_int(owner, "num_nodes", num_nodes, low=0)
+    _check_edge_array(owner, edge_index)
+    num_parts, passes, seed, balance, slack = _check_options(
+        owner, num_nodes, num_parts, passes, seed, balance, slack
+    )
+    budget = check_memory_budget(owner, memory_budget)
+    if workdir is not None and not os.path.isdir(workdir):
+        raise ValueError(
+            f"{owner}: expected `workdir` to be an existing directory or None but got {workdir!r}."
+        )
+    stratum, strata_sizes = _strata_chunked(owner, y, train_mask, num_nodes, budget)
+    _compile_kernels(owner)
+    if num_parts == 1:
+        _check_edge_ids(owner, edge_index, num_nodes, budget)
+        return np.zeros(num_nodes, np.int64)
+
+    work = tempfile.mkdtemp(prefix="lightgraph-gap-", dir=workdir)
+    try:
+        indptr, adjacency, nnz = _undirected_csr_on_disk(
+            owner, edge_index, num_nodes, budget, os.path.join(work, "adjacency.npy")
+        )
+        order = _stream_order(indptr, seed)
+        rank = np.empty(num_nodes, adjacency.dtype)
+        renamed = open_memmap(
+            os.path.join(work, "renamed.npy"), "w+", adjacency.dtype, (max(nnz, 1),)
+        )
+        indptr, indices = _relabel(indptr, adjacency[:nnz], order, rank, renamed)
+        del rank, adjacency
+        os.remove(os.path.join(work, "adjacency.npy"))
+        part = _assign(
+            indptr, indices, stratum, strata_sizes, order, max(nnz // 2, 1), num_parts,
+            passes, balance, slack,
+        )  # fmt: skip
+        del indices, renamed
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return part
+
+
+def _check_options(
+    owner: str, num_nodes: int, num_parts: int, passes: int, seed: int, balance: float,
+    slack: float,
+) -> tuple[int, int, int, float, float]:  # fmt: skip
     num_parts = check_int(owner, "num_parts", num_parts, low=1)
     if num_parts > num_nodes:
         raise ValueError(
@@ -364,24 +524,34 @@ def gap_partition(
     balance = check_non_negative(owner, "balance", balance)
     if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not slack >= 1.0:
         raise ValueError(f"{owner}: expected `slack` >= 1 (a real number) but got {slack!r}.")
-    stratum, strata_sizes = _strata(owner, y, train_mask, num_nodes)
-    _compile_kernels(owner)
-    if num_parts == 1:
-        return torch.zeros(num_nodes, dtype=torch.long)
+    return num_parts, passes, seed, balance, float(slack)
 
-    ei = edge_index.cpu().numpy()
-    scratch = np.empty(2 * ei.shape[1], np.int32 if num_nodes < 2**31 else np.int64)
-    indptr, indices = _undirected_csr(ei[0], ei[1], num_nodes, scratch)
-    num_edges = max(int(indptr[-1]) // 2, 1)
 
+def _id_dtype(num_nodes: int) -> type:
+    return np.int32 if num_nodes < 2**31 else np.int64
+
+
+def _stream_order(indptr: np.ndarray, seed: int) -> np.ndarray:
+    """Nodes by decreasing degree, ties in a seeded random order."""
     degree = np.diff(indptr)
-    perm = np.random.default_rng(seed).permutation(num_nodes)
-    order = perm[np.argsort(-degree[perm], kind="stable")]
-    del degree, perm
-    rank = np.empty(num_nodes, indices.dtype)
-    indptr, indices = _relabel(indptr, indices, order, rank, np.empty_like(indices))
-    del rank, scratch
+    perm = np.random.default_rng(seed).permutation(len(degree))
+    return perm[np.argsort(-degree[perm], kind="stable")]
 
+
+def _assign(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    stratum: np.ndarray,
+    strata_sizes: np.ndarray,
+    order: np.ndarray,
+    num_edges: int,
+    num_parts: int,
+    passes: int,
+    balance: float,
+    slack: float,
+) -> np.ndarray:
+    """The passes over the adjacency renamed in stream ``order``; ``int64`` part per node."""
+    num_nodes = len(order)
     caps = np.array([_cap(slack, int(n), num_parts) for n in strata_sizes], np.int64)
     mu = strata_sizes.astype(np.float64) / num_nodes
     alpha = balance * num_edges * num_parts ** (GAP_GAMMA - 1.0) / num_nodes**GAP_GAMMA
@@ -392,7 +562,94 @@ def gap_partition(
     )  # fmt: skip
     part = np.empty(num_nodes, np.int64)
     part[order] = ranked
-    return torch.from_numpy(_fill_empty(part, num_parts))
+    return _fill_empty(part, num_parts)
+
+
+def _undirected_csr_on_disk(
+    owner: str, edge_index: np.ndarray, num_nodes: int, budget: int, path: str
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`_undirected_csr` into the memory-mapped file ``path``: ``(indptr, adjacency,
+    nnz)`` with the neighbours in ``adjacency[:nnz]`` (see :func:`gap_partition_on_disk`)."""
+    id_dtype = np.dtype(_id_dtype(num_nodes))
+    chunk = max(1, budget // 2 // (2 * edge_index.dtype.itemsize))
+    window = max(1, budget // 2 // id_dtype.itemsize)
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    for row, col in _edge_chunks(edge_index, chunk):
+        low, high = _merge_range(0, -1, row, col)
+        if high >= low and (low < 0 or high >= num_nodes):  # before the kernel indexes them
+            _check_edge_ids(owner, edge_index, num_nodes, budget)  # raises, naming all ids
+        _csr_count(row, col, indptr)
+    np.cumsum(indptr, out=indptr)
+
+    adjacency = open_memmap(path, "w+", id_dtype, (max(int(indptr[-1]), 1),))
+    new_indptr = np.zeros(num_nodes + 1, np.int64)
+    mark = np.full(num_nodes, -1, np.int64)
+    first = nnz = 0
+    while first < num_nodes:
+        fits = int(np.searchsorted(indptr, indptr[first] + window, side="right")) - 1
+        stop = min(max(fits, first + 1), num_nodes)
+        slots = np.empty(int(indptr[stop] - indptr[first]), id_dtype)
+        if len(slots):
+            fill = indptr[first:stop] - indptr[first]
+            for row, col in _edge_chunks(edge_index, chunk):
+                _csr_scatter(row, col, first, fill, slots)
+            del fill
+        kept = _csr_dedup(indptr, first, stop, slots, mark, new_indptr)
+        adjacency[nnz : nnz + kept] = slots[:kept]
+        nnz += kept
+        first = stop
+        del slots
+    return new_indptr, adjacency, nnz
+
+
+def _check_edge_array(owner: str, edge_index: object) -> None:
+    """An integer NumPy array of shape ``[2, E]`` (ids are checked while streaming)."""
+    if not isinstance(edge_index, np.ndarray):
+        raise TypeError(
+            f"{owner}: expected `edge_index` to be a NumPy array (or numpy.memmap) of shape "
+            f"[2, num_edges] but got {type(edge_index).__name__}."
+        )
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
+        raise ValueError(
+            f"{owner}: expected `edge_index` to be an integer array of shape [2, num_edges] "
+            f"but got shape {edge_index.shape} and dtype {edge_index.dtype}."
+        )
+
+
+def _check_edge_ids(owner: str, edge_index: np.ndarray, num_nodes: int, budget: int) -> None:
+    """Node ids in ``[0, num_nodes)``, checked in chunks of ``budget`` bytes."""
+    low, high = 0, -1
+    for row, col in _edge_chunks(edge_index, max(1, budget // (2 * edge_index.dtype.itemsize))):
+        low, high = _merge_range(low, high, row, col)
+    _check_id_range(owner, low, high, num_nodes)
+
+
+def _edge_chunks(edge_index: np.ndarray, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(row, col)`` of ``chunk`` consecutive edges at a time, copied into one buffer that
+    every step reuses (a step's arrays are overwritten by the next)."""
+    num_edges = edge_index.shape[1]
+    buffer = np.empty((2, min(chunk, num_edges)), edge_index.dtype)
+    for start in range(0, num_edges, chunk):
+        size = min(chunk, num_edges - start)
+        buffer[:, :size] = edge_index[:, start : start + size]
+        yield buffer[0, :size], buffer[1, :size]
+
+
+def _merge_range(low: int, high: int, row: np.ndarray, col: np.ndarray) -> tuple[int, int]:
+    """``(min, max)`` of the ids seen so far (``high < low``: none yet)."""
+    if not len(row):
+        return low, high
+    lo = min(int(row.min()), int(col.min()))
+    hi = max(int(row.max()), int(col.max()))
+    return (lo, hi) if high < low else (min(low, lo), max(high, hi))
+
+
+def _check_id_range(owner: str, low: int, high: int, num_nodes: int) -> None:
+    if high >= low and (low < 0 or high >= num_nodes):
+        raise ValueError(
+            f"{owner}: expected node ids in `edge_index` to lie in [0, {num_nodes - 1}] "
+            f"(num_nodes = {num_nodes}) but found values in [{low}, {high}]."
+        )
 
 
 def _cap(slack: float, size: int, num_parts: int) -> int:
@@ -412,25 +669,83 @@ def _strata(
             f"but got {describe(train_mask)}."
         )
     y, train_mask = y.cpu(), train_mask.cpu()
-    if y.dim() == 2 and y.size(0) == num_nodes and y.size(1) >= 1 and not y.is_complex():
-        rows = y[train_mask]
-        labels = (rows.to(torch.uint8) if rows.dtype == torch.bool else rows).argmax(dim=1)
-    elif (
-        y.dim() == 1
-        and y.size(0) == num_nodes
-        and not (y.is_floating_point() or y.is_complex() or y.dtype == torch.bool)
+    multilabel = y.dim() == 2 and y.size(0) == num_nodes and y.size(1) >= 1
+    if not (
+        (multilabel and not y.is_complex())
+        or (
+            y.dim() == 1
+            and y.size(0) == num_nodes
+            and not (y.is_floating_point() or y.is_complex() or y.dtype == torch.bool)
+        )
     ):
-        labels = y[train_mask].long()
-        if labels.numel() and int(labels.min()) < 0:
-            raise ValueError(
-                f"{owner}: expected the training labels `y[train_mask]` to be class ids >= 0 "
-                f"but found {int(labels.min())}."
-            )
-    else:
         raise ValueError(
             f"{owner}: expected `y` to be integer class ids of shape ({num_nodes},) or "
             f"multi-label scores of shape ({num_nodes}, num_classes) but got {describe(y)}."
         )
+    return _compact_strata(_training_labels(owner, y, train_mask), train_mask, num_nodes)
+
+
+def _strata_chunked(
+    owner: str, y: np.ndarray, train_mask: np.ndarray, num_nodes: int, budget: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_strata` of NumPy arrays (memmaps), ``y`` read in row chunks of about
+    ``budget`` bytes."""
+    if (
+        not isinstance(train_mask, np.ndarray)
+        or train_mask.dtype != np.bool_
+        or (train_mask.shape != (num_nodes,))
+    ):
+        got = (
+            f"shape {train_mask.shape}, dtype {train_mask.dtype}"
+            if isinstance(train_mask, np.ndarray)
+            else type(train_mask).__name__
+        )
+        raise ValueError(
+            f"{owner}: expected `train_mask` to be a boolean array of shape ({num_nodes},) "
+            f"but got {got}."
+        )
+    if not isinstance(y, np.ndarray) or not (
+        (y.ndim == 2 and y.shape[0] == num_nodes and y.shape[1] >= 1 and y.dtype.kind in "biuf")
+        or (y.ndim == 1 and y.shape[0] == num_nodes and y.dtype.kind in "iu")
+    ):
+        got = f"shape {y.shape}, dtype {y.dtype}" if isinstance(y, np.ndarray) else repr(y)
+        raise ValueError(
+            f"{owner}: expected `y` to be integer class ids of shape ({num_nodes},) or "
+            f"multi-label scores of shape ({num_nodes}, num_classes) but got {got}."
+        )
+    mask = torch.from_numpy(np.array(train_mask))
+    rows = max(1, budget // (y.itemsize * (y.shape[1] if y.ndim == 2 else 1)))
+    labels = [
+        _training_labels(
+            owner,
+            torch.from_numpy(np.array(y[start : start + rows])),  # a writable copy
+            mask[start : start + rows],
+        )
+        for start in range(0, num_nodes, rows)
+    ]
+    return _compact_strata(
+        torch.cat(labels) if labels else torch.empty(0, dtype=torch.long), mask, num_nodes
+    )
+
+
+def _training_labels(owner: str, y: Tensor, train_mask: Tensor) -> Tensor:
+    """The class id of every training row of ``y``: the first maximal class of a
+    multi-label row."""
+    if y.dim() == 2:
+        rows = y[train_mask]
+        return (rows.to(torch.uint8) if rows.dtype == torch.bool else rows).argmax(dim=1)
+    labels = y[train_mask].long()
+    if labels.numel() and int(labels.min()) < 0:
+        raise ValueError(
+            f"{owner}: expected the training labels `y[train_mask]` to be class ids >= 0 "
+            f"but found {int(labels.min())}."
+        )
+    return labels
+
+
+def _compact_strata(
+    labels: Tensor, train_mask: Tensor, num_nodes: int
+) -> tuple[np.ndarray, np.ndarray]:
     classes, compact = torch.unique(labels, return_inverse=True)
     num_labels = classes.numel()
     stratum = torch.full((num_nodes,), num_labels, dtype=torch.int32)

@@ -27,12 +27,17 @@ row-stochastic ``lambda I + (1 - lambda) D_in^{-1} A^T`` (the usual lazy walk
 directions of every edge.
 
 Cost: ``L`` sparse matrix-vector products, ``O(L * |E|)`` time and ``O(|V| + |E|)``
-memory (scipy CSR, on the CPU).
+memory (scipy CSR, on the CPU). :func:`hub_scores_on_disk` and
+:func:`select_hubs_on_disk` compute the same products from a (memory-mapped) CSC in
+chunks of targets: ``O(|V|)`` vectors and a chunk of ``memory_budget`` bytes in memory,
+``L`` sequential reads of the CSC, and the same floating-point operations in the same
+order as scipy's, so the same scores to the bit.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,8 +51,12 @@ from lightgraph.utilities.checks import (
     check_type,
     describe,
 )
+from lightgraph.utilities.memory import check_memory_budget
 
-__all__ = ["hub_scores", "select_hubs"]
+__all__ = ["hub_scores", "hub_scores_on_disk", "select_hubs", "select_hubs_on_disk"]
+
+_product_kernel = None
+_kernel_lock = threading.Lock()
 
 
 def hub_scores(
@@ -118,7 +127,6 @@ def select_hubs(
     owner = "select_hubs"
     fraction = check_fraction(owner, "fraction", fraction)
     scores = _scores(owner, edge_index, num_nodes, train_mask, walk_length, laziness)
-    count = min(math.ceil(round(fraction * num_nodes, 9)), num_nodes)
     if exclude is not None:
         if (
             not isinstance(exclude, torch.Tensor)
@@ -134,14 +142,107 @@ def select_hubs(
                 f"{owner}: expected `exclude` to be a boolean tensor of shape [{num_nodes}] or "
                 f"None but got {shape}."
             )
-        excluded = exclude.numpy()
+        return torch.from_numpy(_top(scores, fraction, exclude.numpy()))
+    return torch.from_numpy(_top(scores, fraction, None))
+
+
+def hub_scores_on_disk(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    num_nodes: int,
+    train_mask: np.ndarray,
+    walk_length: int = 3,
+    laziness: float = 0.5,
+    *,
+    memory_budget: int | None = None,
+) -> np.ndarray:
+    """:func:`hub_scores` from the CSC of the graph, read in chunks (e.g. memory-mapped).
+
+    Column ``j`` of the CSC lists the sources of the edges ``i -> j``; a product
+    ``(A D_in^{-1}) x`` adds ``(1 - lambda) x[j] / in_degree(j)`` to entry ``i`` for every
+    edge, one chunk of whole columns at a time (a column longer than the chunk is read
+    alone). Entry ``i`` thus receives its terms in increasing ``j``, repeated edges
+    merged first, exactly as scipy's CSR product of :func:`hub_scores` sums them, so
+    the scores are equal to the bit.
+
+    Args:
+        indptr: ``[num_nodes + 1]`` integer array, ``indptr[0] = 0``, non-decreasing,
+            ``indptr[-1] = len(indices)``.
+        indices: ``[num_edges]`` ``int32``/``int64`` sources, sorted within every column
+            (the layout of :func:`lightgraph.functional.neighbor_sampling.to_csc`).
+        num_nodes: number of nodes.
+        train_mask: boolean ``[num_nodes]`` array of the training nodes (the walk starts).
+        walk_length: number of steps ``L >= 0``.
+        laziness: probability ``lambda`` in ``[0, 1]`` of staying at a step.
+        memory_budget: bytes of one chunk of ``indices`` (``>= 1``; ``None``:
+            :func:`~lightgraph.utilities.memory.default_memory_budget`).
+
+    Returns:
+        ``float64`` array ``[num_nodes]``, equal to :func:`hub_scores` of the same graph.
+
+    Raises:
+        ValueError: naming the argument, the allowed values and the value received (also
+            for a column not sorted by source or a source outside ``[0, num_nodes)``).
+        ImportError: if numba is not installed.
+    """
+    owner = "hub_scores_on_disk"
+    return _scores_on_disk(
+        owner, indptr, indices, num_nodes, train_mask, walk_length, laziness, memory_budget
+    )
+
+
+def select_hubs_on_disk(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    num_nodes: int,
+    train_mask: np.ndarray,
+    fraction: float = 0.01,
+    walk_length: int = 3,
+    laziness: float = 0.5,
+    exclude: np.ndarray | None = None,
+    *,
+    memory_budget: int | None = None,
+) -> np.ndarray:
+    """:func:`select_hubs` from the CSC of the graph, read in chunks
+    (:func:`hub_scores_on_disk`): the same hubs, with ``O(num_nodes)`` memory besides one
+    chunk of ``memory_budget`` bytes.
+
+    Args:
+        indptr, indices: the CSC, as :func:`hub_scores_on_disk`.
+        num_nodes, fraction, walk_length, laziness: as :func:`select_hubs`.
+        train_mask: boolean ``[num_nodes]`` array of the training nodes.
+        exclude: optional boolean ``[num_nodes]`` array of nodes that may not be hubs.
+        memory_budget: as :func:`hub_scores_on_disk`.
+
+    Returns:
+        ``int64`` array of the hub ids in increasing order (ties: the smaller id).
+
+    Raises:
+        ValueError: naming the argument, the allowed values and the value received.
+        ImportError: if numba is not installed.
+    """
+    owner = "select_hubs_on_disk"
+    fraction = check_fraction(owner, "fraction", fraction)
+    scores = _scores_on_disk(
+        owner, indptr, indices, num_nodes, train_mask, walk_length, laziness, memory_budget
+    )
+    if exclude is not None:
+        exclude = _check_mask(owner, "exclude", exclude, num_nodes)
+    return _top(scores, fraction, exclude)
+
+
+def _top(scores: np.ndarray, fraction: float, excluded: np.ndarray | None) -> np.ndarray:
+    """The ``ceil(fraction * N)`` best nodes not ``excluded``, ``int64``, increasing."""
+    num_nodes = len(scores)
+    count = min(math.ceil(round(fraction * num_nodes, 9)), num_nodes)
+    if excluded is not None:
         scores = np.where(excluded, -np.inf, scores)
         count = min(count, num_nodes - int(excluded.sum()))
     if count == 0:
-        return torch.empty(0, dtype=torch.long)
+        return np.empty(0, np.int64)
     # Stable sort of -score: the highest scores first, ties by node id.
     top = np.argsort(-scores, kind="stable")[:count]
-    return torch.from_numpy(np.sort(top).astype(np.int64))
+    return np.sort(top).astype(np.int64)
 
 
 def _scores(
@@ -175,3 +276,137 @@ def _scores(
     for _ in range(walk_length):
         score = stay * score + step @ score
     return score
+
+
+def _scores_on_disk(
+    owner: str,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    num_nodes: int,
+    train_mask: np.ndarray,
+    walk_length: int,
+    laziness: float,
+    memory_budget: int | None,
+) -> np.ndarray:
+    num_nodes = check_int(owner, "num_nodes", num_nodes, low=0)
+    for name, array in (("indptr", indptr), ("indices", indices)):
+        if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype.kind not in "iu":
+            got = (
+                f"shape {array.shape}, dtype {array.dtype}"
+                if isinstance(array, np.ndarray)
+                else type(array).__name__
+            )
+            raise ValueError(
+                f"{owner}: expected `{name}` to be a 1-D integer NumPy array (a CSC, e.g. from "
+                f"`to_csc`) but got {got}."
+            )
+    if indptr.shape != (num_nodes + 1,):
+        raise ValueError(
+            f"{owner}: expected `indptr` to be of shape ({num_nodes + 1},) (num_nodes + 1) "
+            f"but got shape {indptr.shape}."
+        )
+    starts = np.array(indptr, dtype=np.int64)
+    if starts[0] != 0 or starts[-1] != len(indices) or np.any(starts[1:] < starts[:-1]):
+        raise ValueError(
+            f"{owner}: expected `indptr` to start at 0, be non-decreasing and end at "
+            f"len(indices) = {len(indices)} but got indptr[0] = {starts[0]}, indptr[-1] = "
+            f"{starts[-1]}."
+        )
+    mask = _check_mask(owner, "train_mask", train_mask, num_nodes)
+    walk_length = check_int(owner, "walk_length", walk_length, low=0)
+    laziness = check_fraction(owner, "laziness", laziness)
+    chunk = max(1, check_memory_budget(owner, memory_budget) // indices.itemsize)
+    product = _compiled_product(owner)
+
+    in_degree = np.diff(starts).astype(np.float64)
+    weight = np.divide(1.0 - laziness, in_degree, out=np.zeros(num_nodes), where=in_degree > 0)
+    stay = laziness + (1.0 - laziness) * (in_degree == 0)  # sources keep the walker
+    del in_degree
+    windows = []  # whole columns, about `chunk` sources each
+    first = 0
+    while first < num_nodes:
+        fits = int(np.searchsorted(starts, starts[first] + chunk, side="right")) - 1
+        stop = min(max(fits, first + 1), num_nodes)
+        windows.append((first, stop))
+        first = stop
+    score = mask.astype(np.float64)
+    for _ in range(walk_length):
+        step = np.zeros(num_nodes)
+        for first, stop in windows:
+            sources = np.array(indices[starts[first] : starts[stop]])
+            status, column, value = product(starts, sources, first, stop, score, weight, step)
+            if status == 1:
+                raise ValueError(
+                    f"{owner}: expected the sources `indices` of every target to be sorted by "
+                    f"source (as `to_csc` gives them) but those of target {column} are not."
+                )
+            if status == 2:
+                raise ValueError(
+                    f"{owner}: expected the sources in `indices` to lie in "
+                    f"[0, {num_nodes - 1}] but found {value} (target {column})."
+                )
+            del sources
+        score = stay * score + step
+    return score
+
+
+def _csc_product(indptr, sources, first, stop, x, weight, out):  # type: ignore[no-untyped-def]
+    """``out[i] += merged_weight(i, j) * x[j]`` over the edges ``i -> j`` into the targets
+    ``first .. stop - 1``, whose sources are ``sources[indptr[j] - indptr[first] : ...]``.
+
+    ``merged_weight`` sums ``weight[j]`` once per repeated edge, left to right (scipy's
+    ``sum_duplicates``). Returns ``(0, -1, 0)``, or ``(1, j, 0)`` for an unsorted column
+    ``j``, ``(2, j, i)`` for a source ``i`` out of range."""
+    num_nodes = out.shape[0]
+    base = indptr[first]
+    for j in range(first, stop):
+        xj = x[j]
+        wj = weight[j]
+        e = indptr[j] - base
+        end = indptr[j + 1] - base
+        previous = -1
+        while e < end:
+            i = sources[e]
+            if i < 0 or i >= num_nodes:
+                return 2, j, i
+            if i < previous:
+                return 1, j, 0
+            merged = wj
+            e += 1
+            while e < end and sources[e] == i:
+                merged += wj
+                e += 1
+            out[i] += merged * xj
+            previous = i
+    return 0, -1, 0
+
+
+def _compiled_product(owner: str):  # type: ignore[no-untyped-def]
+    """:func:`_csc_product` compiled by numba (once, or loaded from numba's cache)."""
+    global _product_kernel
+    with _kernel_lock:
+        if _product_kernel is None:
+            try:
+                import numba
+            except ImportError as err:
+                raise ImportError(
+                    f"{owner} needs numba to compile its sparse product: "
+                    "`pip install 'numba>=0.59'`."
+                ) from err
+            _product_kernel = numba.njit(cache=True, nogil=True)(_csc_product)
+    return _product_kernel
+
+
+def _check_mask(owner: str, name: str, mask: object, num_nodes: int) -> np.ndarray:
+    """A boolean NumPy array of shape ``(num_nodes,)``, read into memory."""
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_nodes,):
+        got = (
+            f"shape {mask.shape}, dtype {mask.dtype}"
+            if isinstance(mask, np.ndarray)
+            else type(mask).__name__
+        )
+        raise ValueError(
+            f"{owner}: expected `{name}` to be a boolean array of shape ({num_nodes},) but got "
+            f"{got}."
+        )
+    return np.array(mask)

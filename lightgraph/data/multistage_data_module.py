@@ -191,8 +191,10 @@ class MultistageDataModule(PartitionStoreDataModule):
         num_sampler_threads: LBS: threads that cooperate on one stage-1 sample
             (intra-batch parallel sampling; unset: 1).
         prefetch: build the next macro-batch in a background thread.
-        eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed: see
-            :class:`~lightgraph.data.PartitionStoreDataModule`.
+        eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed, memory_budget: see
+            :class:`~lightgraph.data.PartitionStoreDataModule` (a dataset with its arrays
+            on disk is written to the store in chunks, never loaded whole; the graph in
+            memory is then a copy of the store's files).
     """
 
     def __init__(
@@ -214,6 +216,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
+        memory_budget: int | None = None,
     ) -> None:
         owner = "MultistageDataModule"
         first_stage = check_choice(owner, "first_stage", first_stage, FIRST_STAGES)
@@ -247,6 +250,7 @@ class MultistageDataModule(PartitionStoreDataModule):
             eval_batch_size=eval_batch_size,
             cache_dir=cache_dir,
             seed=seed,
+            memory_budget=memory_budget,
         )
         self.first_stage = first_stage
         self.fanouts = check_fanouts(owner, list(fanouts))

@@ -8,11 +8,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightgraph.utilities.checks import check_choice, check_graph_edge_index, check_int
+from lightgraph.data.on_disk import OnDiskGraph
+from lightgraph.utilities.checks import check_choice, check_graph_edge_index, check_int, check_type
+from lightgraph.utilities.memory import check_memory_budget
 
 PartitionMethod = Literal["metis", "random", "gap"]
 PARTITION_METHODS: tuple[str, ...] = get_args(PartitionMethod)
 _RANDOM_SALT = 0x5EED_1A7E
+#: Peak memory of :func:`metis_partition` that :func:`partition_on_disk` checks against its
+#: ``memory_budget``: about ``METIS_BYTES_PER_EDGE * E + METIS_BYTES_PER_NODE * N`` bytes
+#: (int64 ids of both directions, the deduplication keys and their sort, then METIS's own
+#: graph; measured on a 1M-node graph with 1M to 8M edges).
+METIS_BYTES_PER_EDGE = 120
+METIS_BYTES_PER_NODE = 96
 
 
 def partition_graph(
@@ -81,6 +89,89 @@ def partition_graph(
     if method == "random":
         return random_partition(num_nodes, num_parts, seed)
     return metis_partition(edge_index, num_nodes, num_parts, seed)
+
+
+def partition_on_disk(
+    graph: OnDiskGraph,
+    num_parts: int,
+    method: str = "gap",
+    seed: int = 0,
+    memory_budget: int | None = None,
+    workdir: str | None = None,
+) -> np.ndarray:
+    """:func:`partition_graph` of a graph kept on disk, in bounded memory.
+
+    Returns exactly what :func:`partition_graph` returns for ``graph.edge_index``,
+    ``graph.num_nodes``, ``num_parts``, ``method`` and ``seed`` with ``y=graph.y`` and
+    ``train_mask=graph.train_mask``, as a NumPy array:
+
+    - ``"gap"`` streams the graph
+      (:func:`lightgraph.data.gap.gap_partition_on_disk`): ``O(N + k C)`` state plus
+      chunk buffers of ``memory_budget`` bytes, and two memory-mapped adjacency files of at
+      most ``8 E`` bytes each under ``workdir``, removed before returning;
+    - ``"random"`` needs ``O(N)`` memory (``edge_index`` is only read in chunks, to check
+      its node ids);
+    - ``"metis"`` is in-memory by nature: it loads the whole graph and needs about
+      ``METIS_BYTES_PER_EDGE * E + METIS_BYTES_PER_NODE * N`` bytes (120 per edge, 96
+      per node). With a ``memory_budget`` smaller than that it raises instead of running
+      out of memory; with ``memory_budget=None`` it always loads the graph.
+
+    Args:
+        graph: the arrays (e.g. read-only ``numpy.memmap``) of the graph.
+        num_parts: number of partitions (``1 <= num_parts <= graph.num_nodes``).
+        method: ``"gap"``, ``"random"`` or ``"metis"`` (as :func:`partition_graph`).
+        seed: as :func:`partition_graph`.
+        memory_budget: bytes of chunk buffers (``None``:
+            :func:`~lightgraph.utilities.memory.default_memory_budget`; ``"metis"`` then
+            loads the graph unchecked).
+        workdir: existing directory for GAP's work files (``None``: the system's
+            temporary directory).
+
+    Returns:
+        ``int64`` array ``[graph.num_nodes]`` with values in ``[0, num_parts)``.
+
+    Raises:
+        ValueError: naming the argument, the allowed values and the value received; for
+            ``"metis"`` when the graph exceeds ``memory_budget``.
+        TypeError: if ``graph`` is not an :class:`~lightgraph.data.on_disk.OnDiskGraph`.
+    """
+    from lightgraph.data.gap import (
+        _check_edge_array,
+        _check_edge_ids,
+        gap_partition_on_disk,
+    )
+
+    owner = "partition_on_disk"
+    check_type(owner, "graph", graph, OnDiskGraph, "an OnDiskGraph")
+    check_choice(owner, "method", method, PARTITION_METHODS)
+    num_nodes = check_int(owner, "num_nodes", graph.num_nodes, low=0)
+    _check_edge_array(owner, graph.edge_index)
+    num_parts = check_int(owner, "num_parts", num_parts, low=1)
+    if num_parts > num_nodes:
+        raise ValueError(
+            f"{owner}: expected `num_parts` <= num_nodes ({num_nodes}) so that every "
+            f"partition owns a node, but got num_parts={num_parts}."
+        )
+    budget = check_memory_budget(owner, memory_budget)
+    if method == "gap":
+        return gap_partition_on_disk(
+            graph.edge_index, num_nodes, num_parts, graph.y, graph.train_mask, seed=seed,
+            memory_budget=budget, workdir=workdir,
+        )  # fmt: skip
+    if method == "metis":
+        needed = METIS_BYTES_PER_EDGE * graph.num_edges + METIS_BYTES_PER_NODE * num_nodes
+        if memory_budget is not None and needed > memory_budget:
+            raise ValueError(
+                f"{owner}: method='metis' loads the whole graph (about {needed} bytes for "
+                f"{graph.num_edges} edges), more than `memory_budget` ({memory_budget} "
+                f"bytes); use method='gap' (streamed) or a larger memory_budget."
+            )
+        edge_index = torch.from_numpy(np.array(graph.edge_index))
+        return partition_graph(edge_index, num_nodes, num_parts, "metis", seed).numpy()
+    _check_edge_ids(owner, graph.edge_index, num_nodes, budget)
+    if num_parts == 1:
+        return np.zeros(num_nodes, np.int64)
+    return random_partition(num_nodes, num_parts, seed).numpy()
 
 
 def random_partition(num_nodes: int, num_parts: int, seed: int = 0) -> Tensor:

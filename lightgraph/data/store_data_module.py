@@ -18,6 +18,13 @@ rank and world size come from the Trainer's strategy, :attr:`PartitionStoreDataM
 shard`): one-stage sampling splits the epoch's targets, HANOI the epoch's partitions;
 every rank takes the same number of steps.
 
+The store is built from the dataset's arrays on disk when it has them
+(:meth:`~lightgraph.data.GraphDataset.on_disk`, e.g. :class:`~lightgraph.data.NpyGraph`):
+validation, partitioning, hub selection (over a CSC built on disk) and the store's files
+then stream the arrays in chunks sized by ``memory_budget`` and the whole graph is never
+loaded; otherwise from :meth:`~lightgraph.data.GraphDataset.load`. Both give the same
+store, byte for byte.
+
 Evaluation (``eval_mode``) is either exact layer-wise inference over the whole graph (a
 :class:`~lightgraph.data.full_graph_batch.FullGraphBatch`) or neighbour sampling with
 ``eval_fanouts`` (NS(20, 20, 20) by default).
@@ -28,6 +35,8 @@ Representation Learning*, MIT 2025); "the thesis" below means that one.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,12 +61,14 @@ from lightgraph.data.graph_dataset import (
     ensure_edge_index,
     validate_graph,
 )
-from lightgraph.data.hubs import select_hubs
+from lightgraph.data.hubs import select_hubs, select_hubs_on_disk
 from lightgraph.data.macro_batch import MacroBatchLoader, check_parts_per_batch, check_reuse
 from lightgraph.data.minibatch import NeighborSamplingLoader
 from lightgraph.data.multistage import tensor_bytes
+from lightgraph.data.on_disk import OnDiskGraph
+from lightgraph.data.out_of_core import on_disk_csc, validate_on_disk_graph
 from lightgraph.data.partition_store import PartitionStore, write_partition_store
-from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph, partition_on_disk
 from lightgraph.utilities.checks import (
     check_bool,
     check_choice,
@@ -66,6 +77,7 @@ from lightgraph.utilities.checks import (
     check_int,
     check_type,
 )
+from lightgraph.utilities.memory import check_memory_budget
 
 EVAL_MODES: tuple[str, ...] = ("layerwise", "sampled")
 STORAGE_MODES: tuple[str, ...] = ("memory", "mmap")
@@ -98,6 +110,21 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         eval_batch_size: seeds per sampled evaluation batch.
         cache_dir: where the store is written (``<cache_dir>/PartitionStore-<digest>``).
         seed: seed of the partitioner and of every sampling draw.
+        memory_budget: bytes the chunks of the build may hold (``None``:
+            :func:`~lightgraph.utilities.memory.default_memory_budget`, half the cgroup
+            memory limit, else a quarter of the physical memory). With a dataset on disk
+            every pass (validation, the CSC, GAP, hub scores, the store's buckets and
+            partition-major rows) reads chunks sized by it, besides per-node arrays
+            (``O(N)``); from a graph in memory it sizes the writer's chunks. It changes
+            how the store is written, never what it holds: it is not part of the store's
+            fingerprint, and ``meta.json`` records it (with the chunk size) next to the
+            build's timings. ``partitioner="metis"`` holds the graph in memory whatever
+            the budget (METIS partitions an in-memory adjacency).
+
+    The store is built from :meth:`~lightgraph.data.GraphDataset.on_disk` when the
+    dataset has its arrays on disk (never calling :meth:`~lightgraph.data.GraphDataset.
+    load`), else from ``load()``; the two give the same store, byte for byte (``meta.json``
+    aside, whose timings differ).
     """
 
     def __init__(
@@ -112,6 +139,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
+        memory_budget: int | None = None,
     ) -> None:
         super().__init__(cache_dir=cache_dir)
         owner = type(self).__name__
@@ -124,6 +152,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         self.eval_fanouts = check_fanouts(owner, list(eval_fanouts), "eval_fanouts")
         self.eval_batch_size = check_int(owner, "eval_batch_size", eval_batch_size, low=1)
         self.seed = check_int(owner, "seed", seed, low=0)
+        self.memory_budget = check_memory_budget(owner, memory_budget)
         self.store: PartitionStore | None = None
         #: Bytes of training batches handed to the compute device (cumulative).
         self.h2d_bytes = 0.0
@@ -132,6 +161,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
 
     # --------------------------------------------------------------------- the cache
     def fingerprint(self) -> dict[str, Any]:
+        # Not the memory budget: the store is the same whatever it is.
         return {
             "format": _STORE_FORMAT,
             "hubs": "non-training",
@@ -147,6 +177,9 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         return "PartitionStore"
 
     def build(self, writer: CacheWriter) -> Mapping[str, Any]:
+        graph = self.dataset.on_disk()
+        if graph is not None:
+            return self._build_on_disk(writer, graph)
         tic = time.perf_counter()
         data = ensure_edge_index(self.dataset.load())
         validate_graph(data, self.dataset.num_classes, self.dataset.multilabel)
@@ -174,7 +207,14 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             hubs = torch.empty(0, dtype=torch.long)
         hubbed = time.perf_counter()
         meta = dict(
-            write_partition_store(writer, data, part, hubs, fingerprint=self.store_fingerprint())
+            write_partition_store(
+                writer,
+                data,
+                part,
+                hubs,
+                fingerprint=self.store_fingerprint(),
+                memory_budget=self.memory_budget,
+            )
         )
         meta["build_seconds"] = {
             "load": loaded - tic,
@@ -183,6 +223,74 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             "write": time.perf_counter() - hubbed,
         }
         return meta
+
+    def _build_on_disk(self, writer: CacheWriter, graph: OnDiskGraph) -> dict[str, Any]:
+        """The store from the dataset's arrays on disk, in chunks of ``memory_budget``: the
+        same files as from ``load()``. Work files (the CSC the hub scores read, the
+        partitioner's) live in a directory next to the store's staging directory, removed
+        at the end."""
+        tic = time.perf_counter()
+        validate_on_disk_graph(
+            graph, self.dataset.num_classes, self.dataset.multilabel, self.memory_budget
+        )
+        validated = time.perf_counter()
+        parent = os.path.dirname(os.path.abspath(writer.directory))
+        with tempfile.TemporaryDirectory(prefix=".prepare-", dir=parent) as workdir:
+            part = self._partition_on_disk(graph, workdir)
+            partitioned = time.perf_counter()
+            if self.hub_fraction > 0:
+                hubs = self._hubs_on_disk(graph, workdir)
+            else:
+                hubs = torch.empty(0, dtype=torch.long)
+            hubbed = time.perf_counter()
+        meta = dict(
+            write_partition_store(
+                writer,
+                graph,
+                part,
+                hubs,
+                fingerprint=self.store_fingerprint(),
+                memory_budget=self.memory_budget,
+            )
+        )
+        meta["build_seconds"] = {
+            "validate": validated - tic,
+            "partition": partitioned - validated,
+            "hubs": hubbed - partitioned,
+            "write": time.perf_counter() - hubbed,
+        }
+        return meta
+
+    def _partition_on_disk(self, graph: OnDiskGraph, workdir: str) -> Tensor:
+        # METIS partitions an adjacency in memory and takes no budget.
+        budget = None if self.partitioner == "metis" else self.memory_budget
+        part = partition_on_disk(
+            graph,
+            self.num_parts,
+            self.partitioner,
+            seed=self.seed,
+            memory_budget=budget,
+            workdir=workdir,
+        )
+        return torch.from_numpy(np.asarray(part, dtype=np.int64))
+
+    def _hubs_on_disk(self, graph: OnDiskGraph, workdir: str) -> Tensor:
+        train_mask = np.asarray(graph.train_mask)
+        indptr, indices = on_disk_csc(
+            graph.edge_index, graph.num_nodes, workdir, self.memory_budget
+        )
+        hubs = select_hubs_on_disk(
+            indptr,
+            indices,
+            graph.num_nodes,
+            train_mask,
+            self.hub_fraction,
+            self.hub_walk_length,
+            exclude=train_mask,  # hubs are never targets: keep every target
+            memory_budget=self.memory_budget,
+        )
+        del indptr, indices  # the memory maps, before their files are removed
+        return torch.from_numpy(np.asarray(hubs, dtype=np.int64))
 
     def store_fingerprint(self) -> str:
         """The fingerprint written into (and checked against) the store's manifest."""
@@ -317,7 +425,7 @@ class MacroBatchDataModule(PartitionStoreDataModule):
 
     Args:
         dataset, num_parts, partitioner, hub_fraction, hub_walk_length, eval_mode,
-        eval_fanouts, eval_batch_size, cache_dir, seed: see
+        eval_fanouts, eval_batch_size, cache_dir, seed, memory_budget: see
             :class:`PartitionStoreDataModule`.
         parts_per_batch: partitions per macro-batch (``b``; the memory budget is about
             ``b / num_parts`` of the graph plus the hubs, twice with double buffering).
@@ -358,6 +466,7 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
+        memory_budget: int | None = None,
     ) -> None:
         super().__init__(
             dataset,
@@ -370,6 +479,7 @@ class MacroBatchDataModule(PartitionStoreDataModule):
             eval_batch_size=eval_batch_size,
             cache_dir=cache_dir,
             seed=seed,
+            memory_budget=memory_budget,
         )
         owner = "MacroBatchDataModule"
         self.parts_per_batch = check_parts_per_batch(owner, parts_per_batch, self.num_parts)
@@ -420,9 +530,15 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
     ``storage="mmap"`` samples straight from the memory-mapped files, so every feature
     row and neighbour list is a page access served by the page cache or the disk.
 
+    A dataset on disk (:meth:`~lightgraph.data.GraphDataset.on_disk`) is written to the
+    store in chunks of ``memory_budget`` without being loaded; NS-Ext then samples from
+    the store's on-disk CSC and features, and NS-Mem's in-memory copy is a copy of the
+    store's files (the graph's size, which in-memory training needs anyway), never of
+    ``dataset.load()``.
+
     Args:
-        dataset, eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed: see
-            :class:`PartitionStoreDataModule`.
+        dataset, eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed, memory_budget:
+            see :class:`PartitionStoreDataModule`.
         fanouts: neighbours per hop (thesis default 15, 10, 5).
         batch_size: training nodes per mini-batch (per rank under data parallelism).
         storage: ``"memory"`` or ``"mmap"``.
@@ -444,6 +560,7 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
+        memory_budget: int | None = None,
     ) -> None:
         super().__init__(
             dataset,
@@ -455,6 +572,7 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
             eval_batch_size=eval_batch_size,
             cache_dir=cache_dir,
             seed=seed,
+            memory_budget=memory_budget,
         )
         owner = "NeighborSamplingDataModule"
         self.fanouts = check_fanouts(owner, list(fanouts))
@@ -580,12 +698,15 @@ def build_store(
     hub_fraction: float = 0.01,
     hub_walk_length: int = 3,
     seed: int = 0,
+    memory_budget: int | None = None,
 ) -> PartitionStore:
     """Build (once) and open the partition store of ``dataset``: one call, no Trainer.
 
     The store lands in ``<cache_dir>/PartitionStore-<digest>``, exactly where a
     :class:`MacroBatchDataModule` with the same arguments looks for it, so a store built
-    here (e.g. on a machine with more memory) is reused by training.
+    here is reused by training. A dataset with its arrays on disk is prepared in chunks
+    of ``memory_budget`` (see :class:`PartitionStoreDataModule`), so the store of a graph
+    larger than memory is built on the machine that trains from it.
     """
     module = PartitionStoreDataModule(
         dataset,
@@ -595,6 +716,7 @@ def build_store(
         hub_walk_length=hub_walk_length,
         cache_dir=cache_dir,
         seed=seed,
+        memory_budget=memory_budget,
     )
     module.prepare_data()
     module.setup("fit")

@@ -4,8 +4,11 @@
 :class:`~lightgraph.data.CacheWriter`, streaming: besides its input it holds ``O(N)``
 node-id arrays, ``O(k**2)`` bucket counters and one chunk of edges (or of node rows) at a
 time; every output is written straight into a memory-mapped file (a two-pass counting
-sort over edge chunks). :func:`build_partition_store` runs it through the one cache-build
-path and opens the result, reusing a complete store with the same fingerprint.
+sort over edge chunks). Its input may be a graph in memory or the memory-mapped arrays of
+a graph on disk (:class:`~lightgraph.data.on_disk.OnDiskGraph`), read in chunks sized by
+a ``memory_budget``; both give the same files. :func:`build_partition_store` runs it
+through the one cache-build path and opens the result, reusing a complete store with the
+same fingerprint.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -33,6 +37,13 @@ from lightgraph.data.graph_dataset import (
     GraphDataset,
     ensure_edge_index,
     validate_graph,
+)
+from lightgraph.data.on_disk import OnDiskGraph
+from lightgraph.data.out_of_core import (
+    count_keys,
+    edge_chunks,
+    scatter_by_key,
+    validate_on_disk_graph,
 )
 from lightgraph.data.partition_store.integrity import default_store_fingerprint, resolve_graph
 from lightgraph.data.partition_store.layout import (
@@ -59,10 +70,14 @@ from lightgraph.data.partition_store.layout import (
 )
 from lightgraph.data.partition_store.reader import PartitionStore
 from lightgraph.utilities.checks import check_bool, check_int, check_type, describe
+from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
 
 #: Default edges (or node rows, capped at 64 MiB) per chunk of the streaming build.
 DEFAULT_CHUNK_SIZE = 1 << 20
 _NODE_CHUNK_BYTES = 64 << 20
+# Bytes per edge a chunk of the two edge passes holds (its int64 copy, masks, keys, the
+# counting sort's order, ranks and gathered pairs), for chunks sized by a memory budget.
+_EDGE_BYTES = 192
 
 
 def _check_part(
@@ -149,33 +164,59 @@ def _save_npy(writer: CacheWriter, name: str, array: np.ndarray) -> None:
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def _count(keys: np.ndarray, size: int) -> np.ndarray:
-    """``bincount(keys, minlength=size)`` without a ``size``-long temporary per chunk."""
-    if size <= 4 * max(keys.size, 1) or size <= 1 << 16:
-        return np.bincount(keys, minlength=size).astype(np.int64, copy=False)
-    out = np.zeros(size, dtype=np.int64)
-    uniq, counts = np.unique(keys, return_counts=True)
-    out[uniq] = counts
-    return out
+class _Graph:
+    """What the build reads of its input, the same way for a ``Data`` in memory and for
+    an :class:`~lightgraph.data.on_disk.OnDiskGraph`: node rows in a given order and chunks
+    of edges. Rows of an on-disk graph are read in ascending id order (sequential reads of
+    the memory maps) and put in the order asked for in memory."""
 
+    def __init__(self, data: Data | OnDiskGraph, y_dtype: np.dtype) -> None:
+        self.data: Any = data
+        self.y_dtype = y_dtype
+        self.on_disk = isinstance(data, OnDiskGraph)
 
-def _scatter(keys: np.ndarray, cursor: np.ndarray, out: np.ndarray, values: np.ndarray) -> None:
-    """Counting-sort step: write ``values`` to ``out`` at ``cursor[key]`` onwards, stably."""
-    m = keys.size
-    if m == 0:
-        return
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
-    lengths = np.diff(np.append(starts, m))
-    rank = np.arange(m, dtype=np.int64) - np.repeat(starts, lengths)
-    out[cursor[sorted_keys] + rank] = values[order]
-    cursor[sorted_keys[starts]] += lengths
+    def x(self, ids: np.ndarray) -> np.ndarray:
+        if self.on_disk:
+            return self._gather(self.data.x, ids).astype(np.float32, copy=False)
+        idx = torch.from_numpy(ids.astype(np.int64))
+        return self.data.x.index_select(0, idx).detach().cpu().float().numpy()
+
+    def y(self, ids: np.ndarray) -> np.ndarray:
+        if self.on_disk:
+            return self._gather(self.data.y, ids).astype(self.y_dtype, copy=False)
+        idx = torch.from_numpy(ids.astype(np.int64))
+        return self.data.y.index_select(0, idx).detach().cpu().numpy().astype(self.y_dtype)
+
+    def masks(self, ids: np.ndarray) -> np.ndarray:
+        if self.on_disk:
+            return np.stack([self._gather(getattr(self.data, m), ids) for m in MASK_NAMES], 1)
+        idx = torch.from_numpy(ids.astype(np.int64))
+        return torch.stack([getattr(self.data, m)[idx] for m in MASK_NAMES], 1).cpu().numpy()
+
+    @staticmethod
+    def _gather(array: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        if ids.size > 1 and bool(np.any(ids[1:] < ids[:-1])):
+            order = np.argsort(ids, kind="stable")
+            rows = np.asarray(array[ids[order]])
+            out = np.empty_like(rows)
+            out[order] = rows
+            return out
+        return np.asarray(array[ids])
+
+    def edge_chunks(self, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if self.on_disk:
+            for _, src, dst in edge_chunks(self.data.edge_index, chunk):
+                yield src, dst
+            return
+        edge_index = self.data.edge_index
+        for lo in range(0, int(edge_index.size(1)), chunk):
+            block = edge_index[:, lo : lo + chunk].detach().cpu().numpy()
+            yield block[0], block[1]
 
 
 def write_partition_store(
     writer: CacheWriter,
-    data: Data,
+    data: Data | OnDiskGraph,
     part: Tensor,
     hubs: Tensor | None,
     *,
@@ -183,11 +224,18 @@ def write_partition_store(
     num_classes: int | None = None,
     fingerprint: str | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    memory_budget: int | None = None,
 ) -> dict[str, Any]:
     """Write HANOI's partition store of ``data`` through ``writer`` (streaming).
 
     Use it in :meth:`CachedDataModule.build` (or through :func:`build_partition_store`);
     the returned metadata goes to ``meta.json``.
+
+    ``data`` may be a graph in memory (a ``Data``) or on disk (an
+    :class:`~lightgraph.data.on_disk.OnDiskGraph` of memory-mapped arrays, validated in
+    chunks and never loaded whole: each chunk of store rows reads its source rows in
+    ascending order, the edges are read in chunks, twice). Both give the same files, byte
+    for byte, whatever the chunk sizes.
 
     Args:
         writer: the cache writer of the (staging) store directory.
@@ -199,11 +247,16 @@ def write_partition_store(
         num_classes: number of classes of a single-label graph (default ``y.max() + 1``).
         fingerprint: the string :meth:`PartitionStore.open` compares with (what the
             inputs hash to); stored in the metadata.
-        chunk_size: edges per chunk of the two streaming passes (node rows per chunk:
-            the same, capped at 64 MiB of rows).
+        chunk_size: the most edges per chunk of the two streaming passes (node rows per
+            chunk: the same, capped at 64 MiB of rows).
+        memory_budget: bytes the chunks may use (``None``: chunks of ``chunk_size``):
+            edge and node-row chunks are shortened so that one chunk's working set and the
+            build's per-node arrays (about 40 bytes per node) fit it (chunks get at least
+            a quarter of it). It changes how the files are written, never what they hold.
 
     Returns:
-        The store's metadata (sizes, dtypes, fingerprint, build time).
+        The store's metadata (sizes, dtypes, fingerprint, build time, the chunk size and
+        memory budget used).
 
     Raises:
         ValueError, TypeError: for a graph outside the layout, a ``part`` of the wrong
@@ -213,17 +266,36 @@ def write_partition_store(
     owner = "write_partition_store"
     start = time.perf_counter()
     check_type(owner, "writer", writer, CacheWriter)
-    check_type(owner, "data", data, Data, "a torch_geometric Data in the GraphDataset layout")
+    check_type(
+        owner,
+        "data",
+        data,
+        (Data, OnDiskGraph),
+        "a torch_geometric Data in the GraphDataset layout, or its arrays on disk",
+    )
     chunk_size = check_int(owner, "chunk_size", chunk_size)
+    if memory_budget is not None:
+        memory_budget = check_memory_budget(owner, memory_budget)
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise TypeError(
             f"{owner}: expected `fingerprint` to be a str or None but got {type(fingerprint).__name__}."
         )
-    data = ensure_edge_index(data)
-    multilabel = getattr(data, "y", None) is not None and data.y.dim() == 2
-    validate_graph(data, num_classes=num_classes, multilabel=multilabel)
-    x, y, edge_index = data.x, data.y, data.edge_index
-    n, f = int(x.size(0)), int(x.size(1))
+    if isinstance(data, OnDiskGraph):
+        multilabel = data.y.ndim == 2
+        max_class = validate_on_disk_graph(
+            data, num_classes=num_classes, multilabel=multilabel, memory_budget=memory_budget
+        )
+        n, f = int(data.x.shape[0]), int(data.x.shape[1])
+        num_edges = data.num_edges
+        y_columns = int(data.y.shape[1]) if multilabel else 0
+    else:
+        data = ensure_edge_index(data)
+        multilabel = getattr(data, "y", None) is not None and data.y.dim() == 2
+        validate_graph(data, num_classes=num_classes, multilabel=multilabel)
+        n, f = int(data.x.size(0)), int(data.x.size(1))
+        num_edges = int(data.edge_index.size(1))
+        y_columns = int(data.y.size(1)) if multilabel else 0
+        max_class = int(data.y.max()) + 1 if data.y.numel() and not multilabel else 0
     part_np, k = _check_part(owner, part, n, num_parts)
     hub_np = _check_hubs(owner, hubs, n)
     h = int(hub_np.size)
@@ -231,12 +303,24 @@ def write_partition_store(
     y_dtype: np.dtype
     y_shape: tuple[int, ...]
     if multilabel:
-        num_classes = int(y.size(1))
-        y_dtype, y_shape = np.dtype(np.float32), (int(y.size(1)),)
+        num_classes = y_columns
+        y_dtype, y_shape = np.dtype(np.float32), (y_columns,)
     else:
         if num_classes is None:
-            num_classes = int(y.max()) + 1 if y.numel() else 0
+            num_classes = max_class
         y_dtype, y_shape = np.dtype(np.int64), ()
+    graph = _Graph(data, y_dtype)
+
+    # ---- chunk lengths: the node-row cap of 64 MiB, the edge cap `chunk_size`, and the
+    # memory budget (what one chunk holds, besides the per-node and per-bucket arrays)
+    row_bytes = 4 * f + y_dtype.itemsize * int(np.prod(y_shape)) + 3 + idt.itemsize
+    rows = max(1, min(chunk_size, _NODE_CHUNK_BYTES // row_bytes))
+    edges = chunk_size
+    if memory_budget is not None:
+        reserved = (40 + 2 * idt.itemsize) * n + 24 * (k * k + 2 * k) + 24 * h
+        # node chunks: the gathered rows, their float32 copy and the output slice
+        rows = rows_per_chunk(memory_budget, 3 * row_bytes + 32, reserved, cap=rows)
+        edges = rows_per_chunk(memory_budget, _EDGE_BYTES, reserved, cap=chunk_size)
 
     # ---- node order: stable sort by partition
     sizes = np.bincount(part_np, minlength=k).astype(np.int64)
@@ -252,14 +336,19 @@ def write_partition_store(
     _save_npy(writer, PART_PTR_FILE, part_ptr)
     _save_npy(writer, HUB_IDS_FILE, hub_np)
     _save_npy(writer, HUB_STORE_IDS_FILE, hub_store)
-    hub_idx = torch.from_numpy(hub_np)
-    _save_npy(writer, HUB_X_FILE, x.index_select(0, hub_idx).detach().cpu().float().numpy())
-    _save_npy(writer, HUB_Y_FILE, y.index_select(0, hub_idx).detach().cpu().numpy().astype(y_dtype))
 
-    # ---- node arrays, a chunk of store rows at a time
-    row_bytes = 4 * f + y_dtype.itemsize * int(np.prod(y_shape)) + 3 + idt.itemsize
-    rows = max(1, min(chunk_size, _NODE_CHUNK_BYTES // row_bytes))
-    masks = [getattr(data, name) for name in MASK_NAMES]
+    # ---- hub rows (hub ids ascending), then the node arrays, a chunk of store rows at a time
+    with contextlib.ExitStack() as stack:
+        paths = {name: stack.enter_context(writer.path(name)) for name in (HUB_X_FILE, HUB_Y_FILE)}
+        out = {
+            HUB_X_FILE: _create_npy(paths[HUB_X_FILE], np.float32, (h, f)),
+            HUB_Y_FILE: _create_npy(paths[HUB_Y_FILE], y_dtype, (h, *y_shape)),
+        }
+        for lo in range(0, h, rows):
+            ids = hub_np[lo : lo + rows]
+            out[HUB_X_FILE][lo : lo + rows] = graph.x(ids)
+            out[HUB_Y_FILE][lo : lo + rows] = graph.y(ids)
+        _flush(out)
     with contextlib.ExitStack() as stack:
         paths = {name: stack.enter_context(writer.path(name)) for name in NODE_FILES}
         out = {
@@ -271,25 +360,20 @@ def write_partition_store(
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
             ids = node_ids[lo:hi]
-            idx = torch.from_numpy(ids.astype(np.int64))
-            out[X_FILE][lo:hi] = x.index_select(0, idx).detach().cpu().float().numpy()
-            out[Y_FILE][lo:hi] = y.index_select(0, idx).detach().cpu().numpy().astype(y_dtype)
-            out[MASKS_FILE][lo:hi] = torch.stack([m[idx] for m in masks], 1).cpu().numpy()
+            out[X_FILE][lo:hi] = graph.x(ids)
+            out[Y_FILE][lo:hi] = graph.y(ids)
+            out[MASKS_FILE][lo:hi] = graph.masks(ids)
             out[NODE_IDS_FILE][lo:hi] = ids
         _flush(out)
 
     # ---- edges: pass 1 counts buckets and in-degrees
-    num_edges = int(edge_index.size(1))
     cnt_pp = np.zeros(k * k, dtype=np.int64)
     cnt_hp = np.zeros(2 * k, dtype=np.int64)
     num_hh = 0
     indptr = np.zeros(n + 1, dtype=np.int64)
 
     def chunks() -> Any:
-        for lo in range(0, num_edges, chunk_size):
-            hi = min(num_edges, lo + chunk_size)
-            block = edge_index[:, lo:hi].detach().cpu().numpy()
-            src, dst = block[0], block[1]
+        for src, dst in graph.edge_chunks(edges):
             hs, hd = is_hub[src], is_hub[dst]
             pp = ~(hs | hd)
             hp = hs ^ hd
@@ -299,10 +383,10 @@ def write_partition_store(
             yield src, dst, hs, pp, hp, hh, hub_key
 
     for src, dst, _hs, pp, _hp, hh, hub_key in chunks():
-        cnt_pp += _count(part_np[src[pp]] * k + part_np[dst[pp]], k * k)
-        cnt_hp += _count(hub_key, 2 * k)
+        cnt_pp += count_keys(part_np[src[pp]] * k + part_np[dst[pp]], k * k)
+        cnt_hp += count_keys(hub_key, 2 * k)
         num_hh += int(hh.sum())
-        indptr[1:] += _count(store_of[dst], n)
+        indptr[1:] += count_keys(store_of[dst], n)
     np.cumsum(indptr, out=indptr)
     edge_ptr = np.zeros(k * k + 1, dtype=np.int64)
     np.cumsum(cnt_pp, out=edge_ptr[1:])
@@ -330,15 +414,15 @@ def write_partition_store(
         for src, dst, hs, pp, hp, hh, hub_key in chunks():
             s_store, d_store = store_of[src], store_of[dst]
             pair = np.stack([s_store[pp], d_store[pp]], 1)
-            _scatter(part_np[src[pp]] * k + part_np[dst[pp]], cur_pp, out[EDGES_FILE], pair)
+            scatter_by_key(part_np[src[pp]] * k + part_np[dst[pp]], cur_pp, out[EDGES_FILE], pair)
             hub_end, other = np.where(hs, src, dst)[hp], np.where(hs, d_store, s_store)[hp]
             pair = np.stack([np.searchsorted(hub_np, hub_end).astype(idt), other], 1)
-            _scatter(hub_key, cur_hp, out[HUB_EDGES_FILE], pair)
+            scatter_by_key(hub_key, cur_hp, out[HUB_EDGES_FILE], pair)
             m_hh = int(hh.sum())
             pair = np.stack([np.searchsorted(hub_np, src[hh]), np.searchsorted(hub_np, dst[hh])], 1)
             out[HUB_HUB_EDGES_FILE][hh_at : hh_at + m_hh] = pair
             hh_at += m_hh
-            _scatter(d_store, cur_csc, out[CSC_INDICES_FILE], s_store)
+            scatter_by_key(d_store, cur_csc, out[CSC_INDICES_FILE], s_store)
         if (
             not np.array_equal(cur_pp, edge_ptr[1:])
             or not np.array_equal(cur_hp, hub_edge_ptr[1:])
@@ -368,7 +452,8 @@ def write_partition_store(
         "id_dtype": idt.name,
         "label_dtype": y_dtype.name,
         "feature_dtype": "float32",
-        "chunk_size": chunk_size,
+        "chunk_size": edges,
+        "memory_budget": memory_budget,
         "build_seconds": round(time.perf_counter() - start, 3),
     }
 
@@ -416,6 +501,7 @@ def build_partition_store(
     num_classes: int | None = None,
     fingerprint: str | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    memory_budget: int | None = None,
     rebuild: bool = False,
 ) -> PartitionStore:
     """Write a complete partition store to ``directory`` and open it.
@@ -429,10 +515,12 @@ def build_partition_store(
 
     Args:
         data_or_dataset: the graph (a ``Data`` in the GraphDataset layout), or a
-            :class:`~lightgraph.data.GraphDataset`, loaded only when a build is needed.
+            :class:`~lightgraph.data.GraphDataset`, read only when a build is needed: its
+            arrays on disk (:meth:`~lightgraph.data.GraphDataset.on_disk`) in chunks when
+            it has them, else :meth:`~lightgraph.data.GraphDataset.load`.
         directory: the store directory.
-        part, hubs, num_parts, num_classes, chunk_size: see :func:`write_partition_store`
-            (``num_classes`` defaults to the dataset's).
+        part, hubs, num_parts, num_classes, chunk_size, memory_budget: see
+            :func:`write_partition_store` (``num_classes`` defaults to the dataset's).
         fingerprint: what identifies the inputs; default
             :func:`default_store_fingerprint`.
         rebuild: rebuild even if a store with the same fingerprint exists.
@@ -459,22 +547,26 @@ def build_partition_store(
             and meta.get("fingerprint") == fingerprint
         ):
             return PartitionStore.open(directory, fingerprint)
+    graph: Data | OnDiskGraph | None = data
     if dataset is not None:
-        data = dataset.load()
+        graph = dataset.on_disk()
+        if graph is None:
+            graph = dataset.load()
         if num_classes is None and not dataset.multilabel:
             num_classes = dataset.num_classes
-    assert data is not None
+    assert graph is not None
 
     def build(writer: CacheWriter) -> dict[str, Any]:
         return write_partition_store(
             writer,
-            data,
+            graph,
             part,
             hubs,
             num_parts=num_parts,
             num_classes=num_classes,
             fingerprint=fingerprint,
             chunk_size=chunk_size,
+            memory_budget=memory_budget,
         )
 
     build_cache(directory, build, owner=owner, replace=True)
