@@ -63,6 +63,19 @@ def test_cgroup_v2_limit_is_the_smallest_on_the_path_to_the_root(tmp_path):
     assert default_memory_budget(root) == GIB  # half the limit
 
 
+def test_the_budget_leaves_out_what_the_process_already_holds(tmp_path):
+    root = _fake_root(
+        tmp_path,
+        "0::/job\n",
+        {"sys/fs/cgroup/job/memory.max": str(GIB)},
+    )
+    assert default_memory_budget(root) == GIB // 2
+    # A process that imported torch holds ~0.7 GiB of its 1 GiB limit: half of the rest.
+    with open(os.path.join(root, "proc/self/status"), "w") as f:
+        f.write(f"Name: python\nVmRSS:\t{700 * MIB // KIB} kB\n")
+    assert default_memory_budget(root) == (GIB - 700 * MIB) // 2
+
+
 def test_cgroup_v1_limit_inside_a_container_and_hybrid_mounts(tmp_path):
     # The path /proc/self/cgroup names does not exist in the container's view: the walk up
     # ends at the mounted root, the container's limit. The unified (v2) hierarchy of a

@@ -11,12 +11,17 @@ PAGE_SIZE = 4096
 class IOStats:
     """What :meth:`PartitionStore.read_macro_batch` read: live, thread-safe counters.
 
-    Counted: every ``pread`` of a macro-batch (one per contiguous slice of a file).
-    Not counted: what :meth:`PartitionStore.open` reads into memory (hubs, offsets) and
-    accesses through the memory maps (:meth:`PartitionStore.features`, ``csc`` ...).
+    Counted: every ``pread`` of a macro-batch (one per contiguous slice of a file), in
+    the bytes it asked for. Not counted: what :meth:`PartitionStore.open` reads into
+    memory (hubs, offsets) and accesses through the memory maps
+    (:meth:`PartitionStore.features`, ``csc`` ...). What the device delivers can differ:
+    pages already cached cost nothing, and the kernel's read-ahead reads past a slice's
+    end unless the store is opened with ``access="random"`` (the default); the bytes the
+    device delivered to the process are ``read_bytes`` of ``/proc/self/io``
+    (:class:`~lightgraph.callbacks.IOMonitor` logs both).
 
     Attributes:
-        bytes_read: bytes read since :meth:`reset`.
+        bytes_read: bytes the reads asked for since :meth:`reset`.
         read_calls: read calls since :meth:`reset`.
         pages_touched: distinct :data:`PAGE_SIZE` pages of each file touched since
             :meth:`reset` or :meth:`start_epoch` (file offsets, ``.npy`` header

@@ -2,9 +2,11 @@
 
 Opening checks every file against the manifest and the metadata and reads the small
 arrays (offsets, hubs) into memory; a macro-batch is read with one ``pread`` per
-contiguous slice. Every id taken from disk is checked (one min/max pass over what was
-read, :mod:`.integrity`) before it is used as an index, so a damaged file fails as a
-:class:`~lightgraph.data.CorruptCacheError` naming it, never deep inside a consumer.
+contiguous slice, and by default the device delivers exactly those slices (no read-ahead
+past their ends, :data:`ACCESS_MODES`). Every id taken from disk is checked (one min/max
+pass over what was read, :mod:`.integrity`) before it is used as an index, so a damaged
+file fails as a :class:`~lightgraph.data.CorruptCacheError` naming it, never deep inside
+a consumer.
 """
 
 from __future__ import annotations
@@ -54,7 +56,22 @@ from lightgraph.data.partition_store.layout import (
     expected_arrays,
 )
 from lightgraph.data.partition_store.macro_batch import MacroBatch
-from lightgraph.utilities.checks import check_type, describe
+from lightgraph.utilities.checks import check_choice, check_type, describe
+
+#: How :class:`PartitionStore` advises the kernel about its reads (``access``):
+#: ``"random"`` -- ``posix_fadvise(POSIX_FADV_RANDOM)`` on every file it reads with
+#: ``pread``: the kernel reads the requested pages and no read-ahead past a slice's end;
+#: ``"normal"`` -- no such advice: the kernel's read-ahead (up to the device's
+#: ``read_ahead_kb`` past a sequential read's end, read but never asked for).
+ACCESS_MODES = ("random", "normal")
+#: Bytes :meth:`PartitionStore.read_macro_batch` keeps announced to the kernel
+#: (``POSIX_FADV_WILLNEED``) beyond the slice it is copying: the reads are in flight
+#: together, and the page cache that announced, not yet copied slices hold stays bounded.
+PREFETCH_AHEAD = 64 << 20
+#: Bytes of one announcement. The kernel starts at most its read-ahead window per
+#: ``POSIX_FADV_WILLNEED`` call (``max(read_ahead_kb, max_sectors_kb)``, 128 KiB by
+#: default), so a longer slice is announced in pieces of this size.
+ANNOUNCE_BYTES = 128 << 10
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,47 @@ def _close_fds(fds: list[int]) -> None:
     while fds:
         with contextlib.suppress(OSError):
             os.close(fds.pop())
+
+
+def _advise_random(fd: int) -> None:
+    """``POSIX_FADV_RANDOM`` on the whole of ``fd``, where the platform and file system
+    take it (elsewhere reads keep the kernel's default read-ahead, with the same data)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        with contextlib.suppress(OSError):
+            advise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+
+
+class _Announcer:
+    """Announces the slices of a read to the kernel in read order, :data:`PREFETCH_AHEAD`
+    bytes beyond the slice being copied, in :data:`ANNOUNCE_BYTES` pieces."""
+
+    def __init__(self, slices: list[tuple[int, int, int]]) -> None:
+        self._advise = getattr(os, "posix_fadvise", None)
+        self._slices = slices  # (fd, offset, nbytes), in read order
+        self._next = 0  # the slice being announced
+        self._done = 0  # bytes of it announced
+        self._announced = 0
+        self._copied = 0
+
+    def before_copy(self, nbytes: int) -> None:
+        """The next ``nbytes`` are copied now: announce through them and the bytes ahead."""
+        self._copied += nbytes
+        target = self._copied + PREFETCH_AHEAD
+        while self._advise is not None and self._announced < target:
+            if self._next == len(self._slices):
+                return
+            fd, offset, size = self._slices[self._next]
+            piece = min(ANNOUNCE_BYTES, size - self._done)
+            try:
+                self._advise(fd, offset + self._done, piece, os.POSIX_FADV_WILLNEED)
+            except OSError:  # a file system that refuses advice: plain reads
+                self._advise = None
+                return
+            self._done += piece
+            self._announced += piece
+            if self._done == size:
+                self._next, self._done = self._next + 1, 0
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
@@ -106,13 +164,29 @@ class PartitionStore:
     slice and counts the bytes in :attr:`io_stats`; :meth:`features`, :meth:`labels`,
     :meth:`masks` and :meth:`csc` give memory-mapped whole-graph tensors in store order.
 
+    Read-ahead: a macro-batch reads slices of every file, each far from the last. The
+    kernel's default read-ahead, tuned for one sequential stream, reads up to the device's
+    ``read_ahead_kb`` past the end of a slice; when the page cache cannot keep those pages
+    until their own partition's turn (a store larger than the memory budget), the device
+    reads them twice (with 8 MiB read-ahead, a quarter more than the macro-batches ask
+    for). ``access="random"`` (the default) advises ``POSIX_FADV_RANDOM`` on the files read
+    with ``pread``, so the device delivers the slices and nothing else; the slices are
+    announced ahead of the copy (``POSIX_FADV_WILLNEED``, :data:`PREFETCH_AHEAD` bytes
+    ahead in :data:`ANNOUNCE_BYTES` pieces), so the reads of a macro-batch stay in flight
+    together without the kernel's read-ahead. ``access="normal"`` gives no advice beyond
+    the announcements. Where ``posix_fadvise`` does not exist or the file system refuses
+    it, reads go on without it (same data). The memory maps are never advised: whole-graph
+    scans keep their read-ahead.
+
     Reading is thread-safe (positionless ``pread`` on descriptors opened once). A store
-    pickles by its directory and fingerprint (dataloader workers reopen it).
+    pickles by its directory, fingerprint and access (dataloader workers reopen it).
 
     Args:
         cache: a reader of the store directory.
         fingerprint: the fingerprint the caller expects; a store built with another one
             raises :class:`StaleStoreError`.
+        access: ``"random"`` (no read-ahead past the slices read) or ``"normal"`` (the
+            kernel's read-ahead), see above and :data:`ACCESS_MODES`.
 
     Raises:
         CorruptCacheError: naming the file, if a file is missing, truncated or not the
@@ -122,8 +196,11 @@ class PartitionStore:
 
     OWNER = "PartitionStore"
 
-    def __init__(self, cache: CacheReader, fingerprint: str | None = None) -> None:
+    def __init__(
+        self, cache: CacheReader, fingerprint: str | None = None, access: str = "random"
+    ) -> None:
         check_type(self.OWNER, "cache", cache, CacheReader)
+        self.access: str = check_choice(self.OWNER, "access", access, ACCESS_MODES)
         self.directory = cache.directory
         self._cache = cache
         meta = dict(cache.meta)
@@ -174,13 +251,19 @@ class PartitionStore:
         self._maps_lock = threading.Lock()
 
     @classmethod
-    def open(cls, directory: str | os.PathLike, fingerprint: str | None = None) -> PartitionStore:
+    def open(
+        cls,
+        directory: str | os.PathLike,
+        fingerprint: str | None = None,
+        access: str = "random",
+    ) -> PartitionStore:
         """Open the finished store in ``directory`` (see the class docstring)."""
         directory = os.fspath(directory)
-        return cls(CacheReader(directory, cls.OWNER, fix=fix_hint(directory)), fingerprint)
+        cache = CacheReader(directory, cls.OWNER, fix=fix_hint(directory))
+        return cls(cache, fingerprint, access)
 
-    def __reduce__(self) -> tuple[Callable[..., PartitionStore], tuple[str, str | None]]:
-        return (type(self).open, (self.directory, self.fingerprint))
+    def __reduce__(self) -> tuple[Callable[..., PartitionStore], tuple[str, str | None, str]]:
+        return (type(self).open, (self.directory, self.fingerprint, self.access))
 
     # ---------------------------------------------------------------- files
     def _open_file(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> _NpyFile:
@@ -188,6 +271,8 @@ class PartitionStore:
             offset = npy_data_offset(path, dtype, shape)
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         self._fds.append(fd)
+        if self.access == "random":
+            _advise_random(fd)
         return _NpyFile(name, path, fd, offset, dtype, shape)
 
     def _load(self, name: str) -> np.ndarray:
@@ -217,17 +302,6 @@ class PartitionStore:
             at += hi - lo
         return runs
 
-    @staticmethod
-    def _prefetch(file: _NpyFile, runs: list[list[int]]) -> None:
-        """Ask the kernel to start reading every run now (all in flight at once)."""
-        if hasattr(os, "posix_fadvise"):
-            row = file.row_bytes
-            for lo, _, rows in runs:
-                with contextlib.suppress(OSError):
-                    os.posix_fadvise(
-                        file.fd, file.offset + lo * row, rows * row, os.POSIX_FADV_WILLNEED
-                    )
-
     def _read_into(
         self,
         file: _NpyFile,
@@ -235,6 +309,7 @@ class PartitionStore:
         out: np.ndarray,
         count: bool = True,
         runs: list[list[int]] | None = None,
+        announcer: _Announcer | None = None,
     ) -> None:
         """Read the row ranges of ``file`` one after another into ``out`` (see :meth:`_runs`)."""
         if runs is None:
@@ -243,6 +318,8 @@ class PartitionStore:
         buffer = out.reshape(-1).view(np.uint8).data
         for lo, dest, rows in runs:
             offset, nbytes = file.offset + lo * row, rows * row
+            if announcer is not None:
+                announcer.before_copy(nbytes)
             got = _pread_into(file.fd, buffer[dest * row : dest * row + nbytes], offset)
             if got != nbytes:
                 raise self._corrupt(
@@ -530,9 +607,11 @@ class PartitionStore:
 
         Reads, per node array, one slice per partition and, per edge array, the
         ``len(parts)**2`` partition buckets and ``len(parts)`` hub buckets (adjacent
-        slices in one call); hubs come from memory. Every slice is announced to the
-        kernel first (``posix_fadvise(WILLNEED)``), so cold reads are in flight together.
-        See :class:`MacroBatch`; :meth:`macro_batch_bytes` gives the bytes read.
+        slices in one call); hubs come from memory. The slices are announced to the kernel
+        (``posix_fadvise(WILLNEED)``) :data:`PREFETCH_AHEAD` bytes ahead of the one being
+        copied, so cold reads are in flight together; with ``access="random"`` the device
+        delivers those slices only (see the class docstring). See :class:`MacroBatch`;
+        :meth:`macro_batch_bytes` gives the bytes read.
         """
         parts = self._check_parts(parts)
         ptr = self._part_ptr
@@ -574,10 +653,15 @@ class PartitionStore:
             (self._files[HUB_EDGES_FILE], hp_ranges, hp),
         ]
         runs = [self._runs(ranges) for _, ranges, _ in jobs]
-        for (file, _, _), file_runs in zip(jobs, runs, strict=True):
-            self._prefetch(file, file_runs)
+        announcer = _Announcer(
+            [
+                (file.fd, file.offset + lo * file.row_bytes, rows * file.row_bytes)
+                for (file, _, _), file_runs in zip(jobs, runs, strict=True)
+                for lo, _, rows in file_runs
+            ]
+        )
         for (file, ranges, out), file_runs in zip(jobs, runs, strict=True):
-            self._read_into(file, ranges, out, runs=file_runs)
+            self._read_into(file, ranges, out, runs=file_runs, announcer=announcer)
 
         # Ids read from disk are checked (a min/max pass) before anything uses them.
         self._check_ids(NODE_IDS_FILE, ids, self.num_nodes, "original node id")
