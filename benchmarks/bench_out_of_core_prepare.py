@@ -344,15 +344,15 @@ def worker_cmd(args: argparse.Namespace, step: str, root: str, work: str, out: s
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--memory-gb", type=float, default=1.0)
-    p.add_argument("--ratio", type=float, default=8.5, help="data bytes / memory limit")
+    p.add_argument("--ratio", type=float, default=8.2, help="data bytes / memory limit")
     p.add_argument("--avg-degree", type=int, default=48)
     p.add_argument("--features", type=int, default=64)
     p.add_argument("--classes", type=int, default=16)
     p.add_argument("--community", type=int, default=4096)
     p.add_argument("--homophily", type=float, default=0.7)
     p.add_argument("--train-ratio", type=float, default=0.002)
-    p.add_argument("--num-parts", type=int, default=512)
-    p.add_argument("--parts-per-batch", type=int, default=4)
+    p.add_argument("--num-parts", type=int, default=1024)
+    p.add_argument("--parts-per-batch", type=int, default=2)
     p.add_argument("--compare-scale", type=float, default=0.125)
     p.add_argument("--workdir", default="/var/tmp/lightgraph_ooc")
     p.add_argument(
@@ -390,14 +390,15 @@ def main(argv: list[str] | None = None) -> None:
         work = os.path.join(args.workdir, f"work_{scale_name}")
         cache = os.path.join(args.workdir, f"cache_{scale_name}")
         results[f"{scale_name}_graph"] = size
-        steps = args.steps if scale_name == "big" else ["write", "compare"]
+        if scale_name == "big":
+            steps = [s for s in args.steps if s != "compare"]
+        else:
+            steps = ["write", "compare"] if "compare" in args.steps else []
         for step in steps:
-            if scale_name == "small" and step == "write" and "compare" not in args.steps:
-                continue
             out = os.path.join(args.workdir, f"{scale_name}_{step}.json")
             key = f"{scale_name}/{step}"
             step_limit = limit if scale_name == "big" else None
-            if step in WORKERS and step != "compare":
+            if step in WORKERS and step != "compare":  # write, csc, gap, hubs
                 if step == "csc":
                     shutil.rmtree(work, ignore_errors=True)
                 run_step(
@@ -442,6 +443,8 @@ def main(argv: list[str] | None = None) -> None:
                     "--trainer.callbacks=[]",
                 ]
                 run_step(key, cmd, step_limit, results["steps"])
+            if step == "hubs":
+                shutil.rmtree(work, ignore_errors=True)  # the CSC of steps 2-4: disk space
             if step == "write" and os.path.exists(root):
                 results[f"{scale_name}_graph"]["data_bytes"] = data_bytes(root)
                 results[f"{scale_name}_graph"]["data_over_limit"] = data_bytes(root) / limit
