@@ -155,29 +155,19 @@ class AggregationOrder(pl.Callback):
             None,
             "last",
         )
-        if nodes is not None and edges is not None and layered:
-            # The module runs destination-only layers: time them on the same blocks.
-            profile = profile_destination_orders(
-                model,
-                x,
-                edge_index,
-                nodes,
-                edges,
-                repeats=self.repeats,
-                timer=self.timer,
-                warmup=self.warmup,
-            )
-        else:
-            profile = profile_layer_orders(
-                model,
-                x,
-                edge_index,
-                nodes,
-                edges,
-                repeats=self.repeats,
-                timer=self.timer,
-                warmup=self.warmup,
-            )
+        # A module running destination-only layers is timed on the same blocks.
+        destination = nodes is not None and edges is not None and layered
+        profiler = profile_destination_orders if destination else profile_layer_orders
+        profile = profiler(
+            model,
+            x,
+            edge_index,
+            nodes,
+            edges,
+            repeats=self.repeats,
+            timer=self.timer,
+            warmup=self.warmup,
+        )
         for i, layer in profile.items():
             total = self.times.setdefault(i, dict.fromkeys(ORDERS, 0.0))
             for order in ORDERS:

@@ -206,10 +206,24 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         else:
             hubs = torch.empty(0, dtype=torch.long)
         hubbed = time.perf_counter()
+        seconds = {"load": loaded - tic, "partition": partitioned - loaded}
+        return self._write_store(writer, data, part, hubs, seconds, partitioned, hubbed)
+
+    def _write_store(
+        self,
+        writer: CacheWriter,
+        graph: Data | OnDiskGraph,
+        part: Tensor,
+        hubs: Tensor,
+        seconds: dict[str, float],
+        partitioned: float,
+        hubbed: float,
+    ) -> dict[str, Any]:
+        """Write the store; ``meta.json`` gets ``seconds`` plus the hubs and write times."""
         meta = dict(
             write_partition_store(
                 writer,
-                data,
+                graph,
                 part,
                 hubs,
                 fingerprint=self.store_fingerprint(),
@@ -217,8 +231,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             )
         )
         meta["build_seconds"] = {
-            "load": loaded - tic,
-            "partition": partitioned - loaded,
+            **seconds,
             "hubs": hubbed - partitioned,
             "write": time.perf_counter() - hubbed,
         }
@@ -243,23 +256,8 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             else:
                 hubs = torch.empty(0, dtype=torch.long)
             hubbed = time.perf_counter()
-        meta = dict(
-            write_partition_store(
-                writer,
-                graph,
-                part,
-                hubs,
-                fingerprint=self.store_fingerprint(),
-                memory_budget=self.memory_budget,
-            )
-        )
-        meta["build_seconds"] = {
-            "validate": validated - tic,
-            "partition": partitioned - validated,
-            "hubs": hubbed - partitioned,
-            "write": time.perf_counter() - hubbed,
-        }
-        return meta
+        seconds = {"validate": validated - tic, "partition": partitioned - validated}
+        return self._write_store(writer, graph, part, hubs, seconds, partitioned, hubbed)
 
     def _partition_on_disk(self, graph: OnDiskGraph, workdir: str) -> Tensor:
         # METIS partitions an adjacency in memory and takes no budget.
