@@ -218,9 +218,9 @@ def test_large_instance_respects_the_time_limit() -> None:
 
 def test_greedy_method_is_near_optimal_and_fast() -> None:
     inst = _large()
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: a busy machine's other jobs do not count
     greedy = solve_bit_assignment(**inst, method="greedy")
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
     assert greedy.status.startswith("greedy") and not greedy.optimal
     assert np.isnan(greedy.dual_bound)
     exact = solve_bit_assignment(**inst, mip_rel_gap=1e-3, time_limit=30)
