@@ -79,6 +79,7 @@ import torch
 from numpy.lib.format import open_memmap
 from torch import Tensor
 
+from lightgraph.data.out_of_core import check_bool_mask, check_edge_array
 from lightgraph.utilities.checks import (
     check_graph_edge_index,
     check_int,
@@ -471,7 +472,7 @@ def gap_partition_on_disk(
     """
     owner = "gap_partition_on_disk"
     num_nodes = check_int(owner, "num_nodes", num_nodes, low=0)
-    _check_edge_array(owner, edge_index)
+    check_edge_array(owner, edge_index)
     num_parts, passes, seed, balance, slack = _check_options(
         owner, num_nodes, num_parts, passes, seed, balance, slack
     )
@@ -602,20 +603,6 @@ def _undirected_csr_on_disk(
     return new_indptr, adjacency, nnz
 
 
-def _check_edge_array(owner: str, edge_index: object) -> None:
-    """An integer NumPy array of shape ``[2, E]`` (ids are checked while streaming)."""
-    if not isinstance(edge_index, np.ndarray):
-        raise TypeError(
-            f"{owner}: expected `edge_index` to be a NumPy array (or numpy.memmap) of shape "
-            f"[2, num_edges] but got {type(edge_index).__name__}."
-        )
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
-        raise ValueError(
-            f"{owner}: expected `edge_index` to be an integer array of shape [2, num_edges] "
-            f"but got shape {edge_index.shape} and dtype {edge_index.dtype}."
-        )
-
-
 def _check_edge_ids(owner: str, edge_index: np.ndarray, num_nodes: int, budget: int) -> None:
     """Node ids in ``[0, num_nodes)``, checked in chunks of ``budget`` bytes."""
     low, high = 0, -1
@@ -690,20 +677,7 @@ def _strata_chunked(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_strata` of NumPy arrays (memmaps), ``y`` read in row chunks of about
     ``budget`` bytes."""
-    if (
-        not isinstance(train_mask, np.ndarray)
-        or train_mask.dtype != np.bool_
-        or (train_mask.shape != (num_nodes,))
-    ):
-        got = (
-            f"shape {train_mask.shape}, dtype {train_mask.dtype}"
-            if isinstance(train_mask, np.ndarray)
-            else type(train_mask).__name__
-        )
-        raise ValueError(
-            f"{owner}: expected `train_mask` to be a boolean array of shape ({num_nodes},) "
-            f"but got {got}."
-        )
+    train_mask = check_bool_mask(owner, "train_mask", train_mask, num_nodes)
     if not isinstance(y, np.ndarray) or not (
         (y.ndim == 2 and y.shape[0] == num_nodes and y.shape[1] >= 1 and y.dtype.kind in "biuf")
         or (y.ndim == 1 and y.shape[0] == num_nodes and y.dtype.kind in "iu")

@@ -44,6 +44,7 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from lightgraph.data.out_of_core import check_bool_mask
 from lightgraph.utilities.checks import (
     check_fraction,
     check_graph_edge_index,
@@ -227,7 +228,7 @@ def select_hubs_on_disk(
         owner, indptr, indices, num_nodes, train_mask, walk_length, laziness, memory_budget
     )
     if exclude is not None:
-        exclude = _check_mask(owner, "exclude", exclude, num_nodes)
+        exclude = check_bool_mask(owner, "exclude", exclude, num_nodes)
     return _top(scores, fraction, exclude)
 
 
@@ -312,7 +313,7 @@ def _scores_on_disk(
             f"len(indices) = {len(indices)} but got indptr[0] = {starts[0]}, indptr[-1] = "
             f"{starts[-1]}."
         )
-    mask = _check_mask(owner, "train_mask", train_mask, num_nodes)
+    mask = check_bool_mask(owner, "train_mask", train_mask, num_nodes)
     walk_length = check_int(owner, "walk_length", walk_length, low=0)
     laziness = check_fraction(owner, "laziness", laziness)
     chunk = max(1, check_memory_budget(owner, memory_budget) // indices.itemsize)
@@ -395,18 +396,3 @@ def _compiled_product(owner: str):  # type: ignore[no-untyped-def]
                 ) from err
             _product_kernel = numba.njit(cache=True, nogil=True)(_csc_product)
     return _product_kernel
-
-
-def _check_mask(owner: str, name: str, mask: object, num_nodes: int) -> np.ndarray:
-    """A boolean NumPy array of shape ``(num_nodes,)``, read into memory."""
-    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_nodes,):
-        got = (
-            f"shape {mask.shape}, dtype {mask.dtype}"
-            if isinstance(mask, np.ndarray)
-            else type(mask).__name__
-        )
-        raise ValueError(
-            f"{owner}: expected `{name}` to be a boolean array of shape ({num_nodes},) but got "
-            f"{got}."
-        )
-    return np.array(mask)

@@ -94,7 +94,9 @@ def edge_chunks(edge_index: Any, chunk: int) -> Iterator[tuple[int, np.ndarray, 
         yield lo, block[0], block[1]
 
 
-def _check_edge_index(owner: str, edge_index: Any, num_nodes: int) -> np.ndarray:
+def check_edge_array(owner: str, edge_index: Any) -> np.ndarray:
+    """An integer NumPy array (or ``numpy.memmap``) of shape ``[2, E]``; its ids are checked
+    while streaming it."""
     check_type(owner, "edge_index", edge_index, np.ndarray, "e.g. a numpy.memmap of [2, E] ids")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
         raise ValueError(
@@ -102,6 +104,21 @@ def _check_edge_index(owner: str, edge_index: Any, num_nodes: int) -> np.ndarray
             f"but got shape {tuple(edge_index.shape)} and dtype {edge_index.dtype}."
         )
     return edge_index
+
+
+def check_bool_mask(owner: str, name: str, mask: object, num_nodes: int) -> np.ndarray:
+    """A boolean NumPy array of shape ``(num_nodes,)``, read into memory (O(N))."""
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_nodes,):
+        got = (
+            f"shape {mask.shape}, dtype {mask.dtype}"
+            if isinstance(mask, np.ndarray)
+            else type(mask).__name__
+        )
+        raise ValueError(
+            f"{owner}: expected `{name}` to be a boolean array of shape ({num_nodes},) but got "
+            f"{got}."
+        )
+    return np.array(mask)
 
 
 def _check_ids(owner: str, lo: int, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
@@ -157,7 +174,7 @@ def validate_on_disk_graph(
             f"{owner}: expected `x` to have one row per node (num_nodes = {n}) but got "
             f"{x.shape[0]} rows."
         )
-    edge_index = _check_edge_index(owner, graph.edge_index, n)
+    edge_index = check_edge_array(owner, graph.edge_index)
     for lo, src, dst in edge_chunks(edge_index, rows_per_chunk(budget, _CHECK_EDGE_BYTES)):
         _check_ids(owner, lo, src, dst, n)
     y = graph.y
@@ -261,7 +278,7 @@ def on_disk_csc(
     """
     owner = "on_disk_csc"
     n = check_int(owner, "num_nodes", num_nodes, low=0)
-    edge_index = _check_edge_index(owner, edge_index, n)
+    edge_index = check_edge_array(owner, edge_index)
     budget = check_memory_budget(owner, memory_budget)
     directory = os.fspath(directory)
     if not os.path.isdir(directory):

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from lightgraph.data.on_disk import OnDiskGraph
+from lightgraph.data.out_of_core import check_edge_array
 from lightgraph.utilities.checks import check_choice, check_graph_edge_index, check_int, check_type
 from lightgraph.utilities.memory import check_memory_budget
 
@@ -136,7 +137,6 @@ def partition_on_disk(
         TypeError: if ``graph`` is not an :class:`~lightgraph.data.on_disk.OnDiskGraph`.
     """
     from lightgraph.data.gap import (
-        _check_edge_array,
         _check_edge_ids,
         gap_partition_on_disk,
     )
@@ -145,7 +145,7 @@ def partition_on_disk(
     check_type(owner, "graph", graph, OnDiskGraph, "an OnDiskGraph")
     check_choice(owner, "method", method, PARTITION_METHODS)
     num_nodes = check_int(owner, "num_nodes", graph.num_nodes, low=0)
-    _check_edge_array(owner, graph.edge_index)
+    check_edge_array(owner, graph.edge_index)
     num_parts = check_int(owner, "num_parts", num_parts, low=1)
     if num_parts > num_nodes:
         raise ValueError(
