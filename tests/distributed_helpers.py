@@ -1,4 +1,4 @@
-"""Run a function on several gloo ranks (forked processes) with a hard timeout."""
+"""Run a function on several gloo ranks (forked or spawned processes) with a hard timeout."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import tempfile
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -35,13 +35,26 @@ def _worker(
 
 
 def run_distributed(
-    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    context: Literal["fork", "spawn"] = "fork",
 ) -> list[Any]:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` forked gloo ranks.
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks.
+
+    ``context="fork"`` (fast) forks this process; ``"spawn"`` starts fresh interpreters,
+    which ranks that use CUDA need when this process has initialised it (a forked child
+    cannot use CUDA then). Under spawn ``fn`` and ``args`` must be picklable (``fn``
+    defined at module level).
 
     Returns the per-rank results; raises if a rank fails or the run exceeds ``timeout``.
     """
-    ctx = mp.get_context("fork")
+    if context not in ("fork", "spawn"):
+        raise ValueError(
+            f"run_distributed: expected `context` in ('fork', 'spawn') but got {context!r}."
+        )
+    ctx = mp.get_context(context)
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "store")
         procs = [
@@ -58,15 +71,16 @@ def run_distributed(
                 p.kill()
         if hung:
             raise TimeoutError(f"ranks {hung} of {world_size} did not finish within {timeout} s")
-        results = []
+        results, errors = [], []
         for r in range(world_size):
             path = os.path.join(tmp, f"rank{r}.pt")
             if not os.path.exists(path):
-                raise RuntimeError(
-                    f"rank {r} exited with code {procs[r].exitcode} without a result"
-                )
+                errors.append(f"rank {r} exited with code {procs[r].exitcode} without a result")
+                continue
             payload = torch.load(path, weights_only=False)
             if not payload["ok"]:
-                raise RuntimeError(f"rank {r} failed:\n{payload['error']}")
-            results.append(payload["result"])
+                errors.append(f"rank {r} failed:\n{payload['error']}")
+            results.append(payload["result"] if payload["ok"] else None)
+        if errors:  # every rank's: the first to fail is not always the first rank
+            raise RuntimeError("\n".join(errors))
         return results

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
 
@@ -62,11 +61,15 @@ class EpochSummary(Callback):
             self._print(trainer, self._pending, time.perf_counter() - self._start, last=True)
         self._pending = None
 
-    @rank_zero_only
     def _print(self, trainer: pl.Trainer, epoch: int, seconds: float, last: bool = False) -> None:
         if (epoch + 1) % self.every_n_epochs and not last:
             return
+        # Every rank reads the metrics: reading one logged with `sync_dist=True` and not yet
+        # reduced (e.g. by a callback's `on_train_epoch_start` before this one) runs its
+        # all-reduce, which rank 0 alone would wait on forever.
         metrics = trainer.callback_metrics
+        if not trainer.is_global_zero:
+            return
         parts = [f"epoch {epoch:4d}", f"{seconds:7.3f} s"]
         for key in self.keys:
             if key in metrics:

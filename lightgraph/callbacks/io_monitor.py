@@ -134,10 +134,11 @@ class IOMonitor(pl.Callback):
         self.history.append(delta)
         for key, value in delta.items():
             # The values are already global and equal on every rank: Lightning's own epoch-end
-            # reduction (max) keeps them as they are, and knows they are synchronised.
+            # reduction (max) keeps them as they are, and knows they are synchronised. That
+            # reduction runs on the logged tensor's device: the compute device.
             pl_module.log(
                 f"io/{key}",
-                torch.tensor(float(value), dtype=torch.float64),
+                torch.tensor(float(value), dtype=torch.float64, device=pl_module.device),
                 prog_bar=self.prog_bar and key == "bytes_read",
                 on_epoch=True,
                 sync_dist=True,

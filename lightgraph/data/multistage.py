@@ -144,6 +144,10 @@ class DeviceMacroBatch:
     # Stage 2's relabelling buffer (``int64 [M]``, all ``-1``), allocated on first use and
     # reused by every mini-batch of the macro-batch.
     node_buffer: Tensor | None = None
+    # The original node ids of ``node`` (``int64 [M]``, on the device), gathered on first use
+    # when the store maps its ids to original ones: once per macro-batch, not all N ids per
+    # mini-batch.
+    n_id: Tensor | None = None
 
 
 @dataclass
@@ -402,7 +406,13 @@ def stage_two(
         y=macro.y.index_select(0, node),
         edge_index=torch.stack([sample.row, sample.col]),
     )
-    data.n_id = store if node_ids is None else node_ids.to(device).index_select(0, store)
+    if node_ids is None:
+        data.n_id = store
+    else:
+        if macro.n_id is None:
+            index = macro.node if node_ids.device == device else macro.node.to(node_ids.device)
+            macro.n_id = node_ids.index_select(0, index).to(device)
+        data.n_id = macro.n_id.index_select(0, node)
     data.batch_size = int(sample.num_sampled_nodes[0])
     data.num_sampled_nodes = list(sample.num_sampled_nodes)
     data.num_sampled_edges = list(sample.num_sampled_edges)

@@ -140,13 +140,14 @@ class NodeClassifier(ParallelContextHolder, pl.LightningModule):
         if exchanger is None:
             return
         stats = exchanger.stats
-        total = torch.tensor(float(stats.total("train")), dtype=torch.float64)
+        # Lightning all-reduces logged tensors where they are: on the compute device.
+        total = torch.tensor(float(stats.total("train")), dtype=torch.float64, device=self.device)
         self.log("comm_bytes", total, reduce_fx="sum", sync_dist=True, prog_bar=True)
         for (layer, direction, kind), value in stats.by_layer("train").items():
             suffix = "" if kind == "data" else f"_{kind}"
             self.log(
                 f"comm/{layer}_{direction}{suffix}_bytes",
-                torch.tensor(float(value), dtype=torch.float64),
+                torch.tensor(float(value), dtype=torch.float64, device=self.device),
                 reduce_fx="sum",
                 sync_dist=True,
             )

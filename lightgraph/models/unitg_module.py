@@ -589,9 +589,16 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             return
         assert self.lm is not None
         params = [p for p in self.lm.parameters() if p.requires_grad]
+        # The has-gradient flags travel with the gradients, on their device (NCCL takes no
+        # host tensors).
+        flags = torch.tensor(
+            [float(p.grad is not None) for p in params],
+            dtype=params[0].dtype,
+            device=params[0].device,
+        )
         flat = torch.cat(
             [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-            + [torch.tensor([float(p.grad is not None) for p in params])]
+            + [flags]
         )
         dist.all_reduce(flat)
         has_grad = flat[-len(params) :]
@@ -699,7 +706,25 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             self.interleaver.detach()
             self.interleaver = None
 
+    def _follow_device(self) -> None:
+        """Move the graph, its tokens and the encoding groups to the module's device.
+
+        ``setup`` reads them on the host, before the Trainer moves the module; the GNN, the
+        LM and the store then need them where the module is (a GPU)."""
+        device = self.device
+        # Each on its own: the Trainer's batch transfer may have moved the graph already
+        # (PyG moves a `Data` in place), never the tokens.
+        if self._graph is not None and self._graph.x.device != device:
+            self._graph = self._graph.to(device)
+        if self._input_ids is not None and self._input_ids.device != device:
+            self._input_ids = self._input_ids.to(device)
+        if self._attention_mask is not None and self._attention_mask.device != device:
+            self._attention_mask = self._attention_mask.to(device)
+        if self._encode_groups is not None and self._encode_groups.device != device:
+            self._encode_groups = self._encode_groups.to(device)
+
     def training_step(self, batch: Data, batch_idx: int) -> None:
+        self._follow_device()
         optimizers = self.optimizers()
         gnn_opt = optimizers[0] if isinstance(optimizers, list) else optimizers
         epoch = self.current_epoch
@@ -765,6 +790,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 self._lm_bubble_seconds,
             ],
             dtype=torch.float64,
+            device=self.device,  # all-reduced below: on the compute device
         )
         _, world = self._rank_world()
         if world > 1:
@@ -803,6 +829,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
 
     @torch.no_grad()
     def _evaluate(self, stage: str) -> None:
+        self._follow_device()
         graph = self._graph
         assert graph is not None
         self.model.eval()
@@ -811,7 +838,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             logits: Tensor | None = self.model(self.gnn_input(), graph.edge_index)
         else:
             logits = pipe.forward_eval(self.gnn_input() if pipe.is_first else None)
-        stats = torch.zeros(5, dtype=torch.float64)
+        stats = torch.zeros(5, dtype=torch.float64, device=self.device)  # all-reduced below
         if logits is not None:
             pred = logits.argmax(dim=-1)
             val, test = graph.val_mask, graph.test_mask

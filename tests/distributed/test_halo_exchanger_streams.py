@@ -10,7 +10,7 @@ from lightgraph.distributed import HaloExchanger
 from lightgraph.functional.halo_exchange import PendingBytes
 from lightgraph.quant import FixedBits
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+needs_cuda = pytest.mark.cuda
 
 
 class _Loopback:

@@ -22,7 +22,7 @@ from torch_geometric.nn import SAGEConv
 import lightgraph.functional.neighbor_sampling as ns
 from lightgraph.functional.neighbor_sampling import NeighborSample, sample_neighbors, to_csc
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
 def random_graph(num_nodes: int = 60, num_edges: int = 400, seed: int = 0, simple: bool = True):
@@ -303,7 +303,7 @@ def test_isolated_and_empty_seeds():
     assert empty.num_sampled_nodes == [0, 0, 0] and empty.node.numel() == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 @pytest.mark.parametrize("replace", [False, True])
 def test_cuda_matches_cpu_with_a_cpu_generator(replace):
     ei = random_graph(200, 3000, seed=12)
@@ -590,7 +590,7 @@ def test_threads_wait_for_every_chunk_on_error(monkeypatch):
     assert sorted(done) == [25, 25, 25] and (buffer == -1).all()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 @pytest.mark.parametrize("replace", [False, True])
 def test_threads_cuda_match_cpu_with_a_cpu_generator(replace, execution):
     ei = random_graph(200, 3000, seed=39)

@@ -515,7 +515,7 @@ def test_compiled_counter_core_equals_the_fused_kernel(monkeypatch: pytest.Monke
     assert torch.equal(pack_rows(x, row_bits, _gen(4)), fast)  # eager torch reference
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("bits", BITS)
 def test_cuda_codes_equal_cpu_codes_for_the_same_noise(bits: int) -> None:
     x = _mixed_rows(64, 24, seed=bits, dtype=torch.float32)
@@ -532,7 +532,7 @@ def test_cuda_codes_equal_cpu_codes_for_the_same_noise(bits: int) -> None:
     torch.testing.assert_close(dequantize(gpu).cpu(), dequantize(cpu), rtol=0, atol=0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("dim", [24, 129])
 def test_cuda_messages_equal_cpu_messages(dim: int) -> None:
     # The CUDA path (torch.compile -> Triton counter core; groups of >= 2**14 elements
@@ -545,7 +545,9 @@ def test_cuda_messages_equal_cpu_messages(dim: int) -> None:
     cpu = pack_rows(x, row_bits, _gen(1))
     gpu = pack_rows(x.cuda(), row_bits.cuda(), torch.Generator("cuda").manual_seed(1))
     assert gpu.is_cuda
-    seed = int(torch.randint(0, SEED_HIGH, (1,), generator=torch.Generator("cuda").manual_seed(1)))
+    # As pack_rows draws it: on the generator's device (a CUDA generator makes CUDA draws).
+    cuda_gen = torch.Generator("cuda").manual_seed(1)
+    seed = int(torch.randint(0, SEED_HIGH, (1,), generator=cuda_gen, device="cuda"))
     ref, layout = _reference_for_seed(x, row_bits, seed)
     assert torch.equal(gpu.cpu(), layout)
     assert torch.equal(unpack_rows(gpu, row_bits.cuda(), dim).cpu(), ref)

@@ -12,9 +12,10 @@ from lightgraph.functional.attention import ClusterSparseLayout, cluster_sparse_
 from lightgraph.functional.attention.flex import flex_available
 from tests.functional.attention.test_cluster_sparse import global_pattern, random_pattern
 
-pytestmark = pytest.mark.skipif(
-    not flex_available("cuda"), reason="needs a CUDA device with Triton"
-)
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not flex_available("cuda"), reason="needs a CUDA device with Triton"),
+]
 
 S, H, D = 150, 2, 8  # head dim 8 as Graphormer-slim (flex pads it to 16 on CUDA)
 

@@ -293,7 +293,7 @@ def test_bad_input(call, match) -> None:
     bad_input(call, match)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_on_cuda_matches_cpu(kind: str) -> None:
     # Same inputs on CPU and GPU (float64: the CSR, SDPA and tile kernels differ between

@@ -221,7 +221,7 @@ def test_sparse_tensor_path_agrees() -> None:
         torch.testing.assert_close(y, ref(data.x, data.edge_index), atol=1e-12, rtol=0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_cuda_matches_cpu() -> None:
     data, _ = tricky_graph(1)
     plan = PartitionPlan.from_data(data)

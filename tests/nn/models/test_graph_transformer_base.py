@@ -114,7 +114,7 @@ def test_graph_parallel_shards_equal_one_process(world_size: int) -> None:
                 torch.testing.assert_close(summed, full)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 @pytest.mark.parametrize("kind", KINDS)
 def test_cuda_forward_and_gradients_match_cpu(kind: str) -> None:
     item = sequence()
