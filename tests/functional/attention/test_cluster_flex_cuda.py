@@ -86,3 +86,24 @@ def test_auto_runs_flex_on_cuda_without_dropout_and_tiles_with_it() -> None:
     assert torch.equal(
         dropped, cluster_sparse_attention(q, k, v, layout, dropout_p=0.5, implementation="tiles")
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_auto_trains_in_half_precision_on_cuda(dtype) -> None:
+    """``implementation="auto"`` picks flex for half precision on CUDA: its backward must
+    compile there too (flex's backward configs need blocks that divide the 16 x 16 sparse
+    blocks), and agree with float64 dense within half-precision rounding."""
+    layout = ClusterSparseLayout(random_pattern(S, 900, seed=1), S, 3, 16)
+    gen = torch.Generator().manual_seed(5)
+    base = [torch.randn(S, H, D, generator=gen) for _ in range(3)]
+    weight = torch.randn(S, H, D, generator=gen)
+    inputs = [t.to("cuda", dtype).requires_grad_() for t in base]
+    out = cluster_sparse_attention(*inputs, layout.to("cuda"))
+    (out.float() * weight.cuda()).sum().backward()
+    ref_in = [t.double().requires_grad_() for t in base]
+    edge_index, bucket = layout.pattern()
+    ref = dense_reference(*ref_in, edge_index, bucket, None)
+    (ref * weight.double()).sum().backward()
+    torch.testing.assert_close(out.float().cpu(), ref.float(), rtol=3e-2, atol=3e-2)
+    for got, want in zip(inputs, ref_in, strict=True):
+        torch.testing.assert_close(got.grad.float().cpu(), want.grad.float(), rtol=5e-2, atol=5e-2)
