@@ -54,6 +54,36 @@ Five parts (``--parts``, default all), each run in fresh worker subprocesses:
   freed activations go back to the OS; with glibc's adaptive default the RSS of a
   2,000-layer model rose by many GiB while its live tensors stayed under 256 MiB).
 
+``--baseline glem`` (the ``glem`` part; not in the default ``--parts``): PyG's GLEM
+(``torch_geometric.llm.models.GLEM``) driven as PyG's ``examples/llm/glem.py`` drives it
+(``em_order="gnn"``: LM pre-training on the training labels, then a GNN phase on the LM's
+pseudo-labels plus gold, then an LM phase on the GNN's; ``GLEM.train`` /
+``GLEM.inference``; pseudo-labels on ``0.5 * |train|`` random test nodes), on the
+recipes' data, LM and GNN: the LM is ``lm_then_gnn.yaml``'s BERT-style encoder built by
+the CLI from the same seed (UniTG's initial weights), saved with ``save_pretrained`` and
+loaded by GLEM as ``lm_to_use`` (float32, no LoRA; GLEM adds a pooler and classifier),
+its inputs the token ids of lightgraph's offline tokenizer; the GNN is the recipe's class
+and sizes, passed to ``gnn_to_use`` as is (RevGCN / RevGAT take ``(x, edge_index)`` and
+have ``out_channels``), trained full-graph (one batch per epoch, like UniTG; PyG's example
+uses a ``NeighborLoader``). Runs (``--glem-runs``): ``glem_raw`` (the GNN on the numeric
+features, GLEM as shipped), ``glem`` (on the LM's pooled last-layer embeddings, recomputed
+before each GNN phase, as in the GLEM paper), ``glem_es`` (``glem`` with the example's
+early stopping: from a phase's 5th epoch on, stop after more than ``--glem-patience``
+(3) evaluated epochs without a better validation accuracy). GLEM's GNN phase runs
+``--epochs`` epochs, its LM stages ``--glem-lm-epochs`` (3, as ``lm_then_gnn.yaml``).
+Two settings (``--settings``): ``small`` (the recipes) and ``deep`` (``--deep-gnn``
+RevGCN / RevGAT of ``--deep-layers`` x ``--deep-hidden`` in every run, so that the GNN is
+most of a sequential run: the table prints the GNN share of ``lm_then_gnn``). Each
+setting runs ``--glem-e2e-runs``
+(``lm_then_gnn``, ``unitg_single``, ``unitg_p2_bubble`` = ``unitg.yaml`` as shipped)
+interleaved with the GLEM runs, and prints one table: makespan, test accuracy (GNN's after
+the last epoch; for GLEM the model it picks by validation accuracy, its last GNN's, and
+the example's "best test acc", the max with the pre-trained LM's), LM and GNN seconds,
+GLEM's phases (epochs, seconds) and GLEM / UniTG makespan and accuracy difference
+(UniTG: the P = 2 row). GLEM's makespan runs from the data set-up to the final
+prediction (saving and loading the LM, every inference and LM re-encoding included).
+``--dry-run``: 200 nodes, 2 GNN epochs, 1 LM epoch everywhere, ``small``, ``glem_es``.
+
 Threads: one-process runs use ``--threads`` (default 2: both cores for one job); the
 P = 2 runs one thread per process (``OMP_NUM_THREADS=1``), so both layouts use the two
 cores.
@@ -63,6 +93,10 @@ Usage::
     python benchmarks/bench_unitg.py [--parts e2e,lazy,m,reorder,memory] [--epochs 100]
     python benchmarks/bench_unitg.py --parts e2e,lazy --seeds 1 2 --tag _seeds12 \
         --e2e-runs lm_then_gnn unitg_single unitg_single_full3 unitg_single_lazy3 unitg_p2
+
+    python benchmarks/bench_unitg.py --baseline glem [--dry-run]      # the GLEM tables
+    python benchmarks/bench_unitg.py --baseline glem --glem-device cuda --accelerator gpu \
+        --glem-e2e-runs lm_then_gnn unitg_single --threads 1    # one GPU
 
 About 22 minutes for all parts on a quiet 2-core machine (e2e 2, lazy 1.5, m 6.5,
 reorder 4.5, memory 7.5). Writes ``benchmarks/results/unitg_<part><tag>.json`` per part and
@@ -89,6 +123,8 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 PARTS = ("e2e", "lazy", "m", "reorder", "memory")
+#: every part: ``glem`` runs only when asked for (``--baseline glem`` or ``--parts glem``)
+ALL_PARTS = (*PARTS, "glem")
 
 # name -> (recipe, overrides, processes)
 E2E_RUNS: dict[str, tuple[str, list[str], int]] = {
@@ -318,7 +354,9 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
             f"--model.init_args.lazy_tuner={str(lazy).lower()}",
             f"--model.init_args.lm_epochs={lm_epochs}",
         ]
-    overrides = [*overrides, *seed_overrides]
+    overrides = [*overrides, *seed_overrides, *_setting_overrides(args, args.setting)]
+    if args.accelerator and procs == 1:
+        overrides.append(f"--trainer.accelerator={args.accelerator}")
     if procs > 1:
         overrides = [*overrides, "--trainer.strategy.init_args.start_method=fork"]
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -1161,6 +1199,543 @@ def part_memory(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# ----------------------------------------------------------------------------- GLEM baseline
+# name -> (GNN input, early-stopping patience; None: every phase runs all its epochs)
+GLEM_RUNS: dict[str, tuple[str, int | None]] = {
+    "glem_raw": ("raw", None),  # PyG's GLEM as shipped: the GNN on the numeric features
+    "glem": ("lm", None),  # the GNN on the LM's node embeddings, refreshed after each LM phase
+    "glem_es": ("lm", -1),  # ... and each phase stops early (--glem-patience)
+}
+#: UniTG / sequential rows the GLEM table runs in the same invocation (E2E_RUNS names)
+GLEM_E2E_RUNS = ("lm_then_gnn", "unitg_single", "unitg_p2_bubble")
+
+
+def _setting_overrides(args: argparse.Namespace, setting: str) -> list[str]:
+    """Recipe overrides of a ``--baseline glem`` setting (both systems get the same)."""
+    out = []
+    if args.nodes is not None:
+        out.append(f"--data.init_args.dataset.init_args.graph.init_args.num_nodes={args.nodes}")
+    if args.recipe_lm_epochs is not None:
+        out.append(f"--model.init_args.lm_epochs={args.recipe_lm_epochs}")
+    if setting == "deep":
+        init: dict[str, Any] = {
+            "hidden_channels": args.deep_hidden,
+            "num_layers": args.deep_layers,
+            "dropout": 0.2,
+        }
+        if args.deep_gnn == "RevGAT":
+            init["heads"] = args.deep_heads
+        spec = {"class_path": f"lightgraph.nn.{args.deep_gnn}", "init_args": init}
+        out.append("--model.init_args.model=" + json.dumps(spec))
+    return out
+
+
+class _FullGraphLoader:
+    """GLEM's GNN loader interface (``NeighborLoader``'s ``input_nodes``, ``len()`` and
+    batches with ``x, edge_index, y, is_gold, n_id, batch_size``) over the whole graph:
+    one batch per epoch, the input nodes relabelled first, every edge kept.
+
+    UniTG trains its GNN full-graph; a ``NeighborLoader`` with all neighbours over as many
+    hops as a deep GNN has layers reaches the whole 2,000-node graph anyway, but drops the
+    in-edges of the last hop's nodes (GCN's degree normalisation then differs). ``x`` is
+    read at every iteration, so an LM re-encoding between phases is seen.
+    """
+
+    def __init__(self, data: Any, input_nodes: Any) -> None:
+        import torch
+
+        n = int(data.num_nodes)
+        self.data = data
+        self.input_nodes = input_nodes
+        rest = torch.ones(n, dtype=torch.bool)
+        rest[input_nodes] = False
+        self._order = torch.cat([input_nodes, rest.nonzero().view(-1)])
+        position = torch.empty_like(self._order)
+        position[self._order] = torch.arange(n)
+        self._edge_index = position[data.edge_index]
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self):  # noqa: ANN204
+        from torch_geometric.data import Data
+
+        d, order = self.data, self._order
+        yield Data(
+            x=d.x[order],
+            edge_index=self._edge_index,
+            y=d.y[order],
+            is_gold=d.is_gold[order],
+            n_id=order,
+            batch_size=int(self.input_nodes.numel()),
+            num_nodes=int(order.numel()),
+        )
+
+
+def _node_texts(tokens: dict[str, Any], y: Any, is_gold: Any):  # noqa: ANN202
+    """GLEM's text dataset: item ``i`` is ``{"input": {input_ids, attention_mask},
+    "labels", "is_gold", "n_id"}`` (what ``GLEM.train_lm`` / ``inference_lm`` read)."""
+    from torch.utils.data import Dataset
+
+    class NodeTexts(Dataset):
+        def __len__(self) -> int:
+            return int(y.numel())
+
+        def __getitem__(self, i: Any) -> dict[str, Any]:
+            return {
+                "input": {
+                    "input_ids": tokens["input_ids"][i],
+                    "attention_mask": tokens["attention_mask"][i],
+                },
+                "labels": y[i],
+                "is_gold": is_gold[i],
+                "n_id": i,
+            }
+
+    return NodeTexts()
+
+
+def glem_lm_dir(lm_backbone: Any, directory: str) -> str:
+    """Save lightgraph's LM (the Hugging Face model an ``EarlyExitEncoder`` wraps) with
+    ``save_pretrained`` for GLEM's ``lm_to_use``; returns the directory."""
+    os.makedirs(directory, exist_ok=True)
+    lm_backbone.save_pretrained(directory)
+    return directory
+
+
+def build_glem(lm_dir: str, gnn: Any, num_classes: int, device: str = "cpu") -> Any:
+    """PyG's ``GLEM`` on our saved LM and GNN: full fine-tuning in float32 (no LoRA)."""
+    import contextlib
+    import io
+
+    import torch
+    from torch_geometric.llm.models import GLEM
+
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        # from_pretrained reports the sequence-classification head (pooler, classifier)
+        # it initialises: lightgraph's encoder has neither.
+        warnings.simplefilter("ignore")
+        return GLEM(
+            lm_to_use=lm_dir,
+            gnn_to_use=gnn,
+            out_channels=num_classes,
+            lm_use_lora=False,
+            lm_dtype=torch.float32,
+            device=torch.device(device),
+        )
+
+
+def lm_weight_diff(ours: Any, glem_lm: Any) -> float:
+    """Largest absolute difference between our LM's parameters and buffers and the same
+    tensors of GLEM's sequence-classification model (``inf`` if a tensor is missing)."""
+    theirs = glem_lm.base_model.state_dict()
+    worst = 0.0
+    for key, value in ours.state_dict().items():
+        other = theirs.get(key)
+        if other is None or other.shape != value.shape:
+            return float("inf")
+        if value.numel():
+            gap = (value.double() - other.double().to(value.device)).abs().max()
+            worst = max(worst, float(gap))
+    return worst
+
+
+def glem_run(
+    datamodule: Any,
+    lm_backbone: Any,
+    make_gnn: Any,
+    workdir: str,
+    *,
+    gnn_input: str = "lm",
+    patience: int | None = None,
+    lm_epochs: int = 3,
+    gnn_epochs: int = 100,
+    lm_lr: float = 3e-3,
+    gnn_lr: float = 5e-3,
+    lm_batch_size: int = 32,
+    pooling: str = "cls",
+    num_em_iters: int = 1,
+    pl_ratio: float = 0.5,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """GLEM's EM loop as PyG's ``examples/llm/glem.py`` runs it with ``em_order="gnn"``:
+    pre-train the LM on the gold (training) labels, then ``2 * num_em_iters`` phases,
+    GNN first: each trains on the gold labels plus the other model's pseudo-labels of
+    ``pl_ratio * |train|`` test nodes, through ``GLEM.train`` / ``GLEM.inference``.
+
+    ``datamodule`` is a set-up :class:`~lightgraph.data.TextGraphDataModule`;
+    ``lm_backbone`` lightgraph's Hugging Face encoder (saved and loaded by GLEM);
+    ``make_gnn(in_channels)`` builds the GNN. ``gnn_input="raw"``: the GNN reads the
+    graph's numeric features (GLEM as PyG ships it); ``"lm"``: the LM's pooled
+    last-layer embeddings of every node, recomputed at the start of every GNN phase
+    (timed as LM work). ``patience``: the example's early stopping (from a
+    phase's 5th epoch on, stop after more than ``patience`` epochs without a better
+    validation accuracy); ``None`` runs every epoch. Every epoch from the 5th on is
+    evaluated (as the example does), so the best validation accuracy is known either way.
+
+    Returns the makespan (wall seconds from the data set-up to the final prediction),
+    the test accuracies and the seconds of every phase.
+    """
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    if gnn_input not in ("raw", "lm"):
+        raise ValueError(f"glem_run: expected `gnn_input` in ('raw', 'lm') but got {gnn_input!r}.")
+    start = time.perf_counter()
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    graph = datamodule.graph()
+    tokens = datamodule.tokens()
+    n = int(graph.num_nodes)
+    y = graph.y.view(-1)
+    num_classes = int(y.max()) + 1
+    gold = graph.train_mask.nonzero().view(-1)
+    val_idx = graph.val_mask.nonzero().view(-1)
+    test_idx = graph.test_mask.nonzero().view(-1)
+    gen = torch.Generator().manual_seed(seed)
+    picked = torch.randperm(test_idx.numel(), generator=gen)[: int(gold.numel() * pl_ratio)]
+    train_idx = torch.cat([gold, test_idx[picked]])  # gold + pseudo-labelled nodes
+
+    hidden = int(lm_backbone.config.hidden_size)
+    torch.manual_seed(seed)
+    gnn = make_gnn(hidden if gnn_input == "lm" else int(graph.x.size(1)))
+    lm_dir = glem_lm_dir(lm_backbone, os.path.join(workdir, "glem_lm"))
+    model = build_glem(lm_dir, gnn, num_classes, device)
+    weight_diff = lm_weight_diff(lm_backbone, model.lm)
+    if weight_diff != 0.0:
+        raise RuntimeError(
+            f"glem_run: GLEM's LM differs from ours after save_pretrained / from_pretrained "
+            f"(largest difference {weight_diff})."
+        )
+    model.lm.to(device)
+    model.gnn.to(device)
+
+    is_gold = graph.train_mask.clone()
+    texts = _node_texts(tokens, y, is_gold)
+
+    def text_loader(idx: Any, shuffle: bool, batch: int) -> DataLoader:
+        # A last batch of one node would be squeezed to a 0-d label by GLEM: drop it.
+        drop = shuffle and idx.numel() % batch == 1
+        return DataLoader(
+            Subset(texts, idx), batch_size=batch, shuffle=shuffle, drop_last=drop,
+            generator=torch.Generator().manual_seed(seed) if shuffle else None,
+        )  # fmt: skip
+
+    text_pretrain = text_loader(gold, True, lm_batch_size)
+    text_train = text_loader(train_idx, True, lm_batch_size)
+    text_all = text_loader(torch.arange(n), False, lm_batch_size * 4)
+    data = graph.clone()
+    data.y = y
+    data.is_gold = is_gold
+    graph_train = _FullGraphLoader(data, train_idx)
+    graph_all = _FullGraphLoader(data, torch.arange(n))
+    loaders = {"lm": (text_train, text_all), "gnn": (graph_train, graph_all)}
+
+    def accuracy(out: Any, idx: Any) -> float:
+        return float((out.argmax(-1).cpu()[idx] == y[idx]).float().mean())
+
+    @torch.no_grad()
+    def encode() -> float:
+        """The GNN's input: every node's pooled last-layer LM embedding."""
+        t0 = time.perf_counter()
+        base = model.lm.base_model
+        base.eval()
+        chunks = []
+        for lo in range(0, n, lm_batch_size * 4):
+            ids = tokens["input_ids"][lo : lo + lm_batch_size * 4].to(device)
+            mask = tokens["attention_mask"][lo : lo + lm_batch_size * 4].to(device)
+            h = base(input_ids=ids, attention_mask=mask).last_hidden_state
+            if pooling == "cls":
+                chunks.append(h[:, 0])
+            else:
+                m = mask.to(h.dtype).unsqueeze(-1)
+                chunks.append((h * m).sum(1) / m.sum(1).clamp_min(1.0))
+        data.x = torch.cat(chunks).float().cpu()
+        return time.perf_counter() - t0
+
+    if gnn_input == "raw":
+        data.x = data.x.float()
+
+    def phase(kind: str, loader: Any, eval_loader: Any, epochs: int, pseudo: Any,
+              augmented: bool) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+        params = model.lm.parameters() if kind == "lm" else model.gnn.parameters()
+        opt = torch.optim.Adam(params, lr=lm_lr if kind == "lm" else gnn_lr)
+        rec: dict[str, Any] = {"phase": kind, "train_s": 0.0, "eval_s": 0.0}
+        if kind == "gnn" and gnn_input == "lm":
+            # The GNN reads the current LM's embeddings; the GNN's final prediction keeps
+            # the ones it was trained on (an LM phase after it does not re-encode).
+            rec["encode_s"] = encode()
+        best_val, bad, ran = 0.0, 0, 0
+        for epoch in range(1, epochs + 1):
+            t0 = time.perf_counter()
+            model.train(kind, loader, opt, pseudo, epoch, augmented, False)
+            rec["train_s"] += time.perf_counter() - t0
+            ran = epoch
+            if epoch >= 5 or epoch == epochs:
+                t0 = time.perf_counter()
+                val = accuracy(model.inference(kind, eval_loader), val_idx)
+                rec["eval_s"] += time.perf_counter() - t0
+                if val <= best_val:
+                    bad += 1
+                    if patience is not None and bad > patience:
+                        break
+                else:
+                    best_val = val
+        t0 = time.perf_counter()
+        preds = model.inference(kind, eval_loader).cpu()
+        rec["infer_s"] = time.perf_counter() - t0
+        rec.update(
+            epochs=ran,
+            best_val_acc=best_val,
+            val_acc=accuracy(preds, val_idx),
+            test_acc=accuracy(preds, test_idx),
+        )
+        rec["s"] = rec["train_s"] + rec["eval_s"] + rec["infer_s"] + rec.get("encode_s", 0.0)
+        return preds, rec
+
+    setup_s = time.perf_counter() - start
+    preds, pre = phase("lm", text_pretrain, text_all, lm_epochs, None, False)
+    pre["phase"] = "lm_pretrain"
+    phases = [pre]
+    lm_test_acc = pre["test_acc"]  # the example keeps the pre-trained LM's test accuracy
+    best = {"gnn": 0.0, "lm": 0.0}
+    em_phase = "gnn"
+    for _ in range(2 * num_em_iters):
+        train_loader, eval_loader = loaders[em_phase]
+        epochs = gnn_epochs if em_phase == "gnn" else lm_epochs
+        preds, rec = phase(em_phase, train_loader, eval_loader, epochs, preds.argmax(-1), True)
+        phases.append(rec)
+        best[em_phase] = max(best[em_phase], rec["best_val_acc"])
+        em_phase = "lm" if em_phase == "gnn" else "gnn"
+    # The final model: the one with the better best validation accuracy (the example then
+    # runs the last phase's loader, a text loader for a GNN pick; the right one here).
+    chosen = "gnn" if best["gnn"] > best["lm"] else "lm"
+    t0 = time.perf_counter()
+    final = model.inference(chosen, loaders[chosen][1]).cpu()
+    final_s = time.perf_counter() - t0
+    makespan = time.perf_counter() - start
+    chosen_test = accuracy(final, test_idx)
+    gnn_phases = [p for p in phases if p["phase"] == "gnn"]
+    return {
+        "makespan_s": makespan,
+        "gnn_input": gnn_input,
+        "patience": patience,
+        "lm_weights_max_abs_diff": weight_diff,
+        "gnn_test_acc": gnn_phases[-1]["test_acc"] if gnn_phases else None,
+        "chosen_model": chosen,
+        "chosen_test_acc": chosen_test,
+        # the example's "Best test acc": the max over the pre-trained LM and the chosen model
+        "glem_final_test_acc": max(lm_test_acc, chosen_test),
+        "lm_pretrain_test_acc": lm_test_acc,
+        "setup_s": setup_s,
+        "final_inference_s": final_s,
+        # LM work: its stages and its encodings of the GNN's input
+        "lm_time_total": sum(
+            p["s"] if p["phase"] != "gnn" else p.get("encode_s", 0.0) for p in phases
+        ),  # fmt: skip
+        "gnn_time_total": sum(p["s"] - p.get("encode_s", 0.0) for p in gnn_phases),
+        "phases": phases,
+        "num_nodes": n,
+        "pseudo_labelled_nodes": int(picked.numel()),
+        "gnn": repr(gnn),
+    }
+
+
+def worker_glem(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """One GLEM run on the recipe's data, LM and GNN (``recipes/lm_then_gnn.yaml``: the
+    full-depth LM; its weights are UniTG's initial ones, from the same seed)."""
+    import torch
+
+    from lightgraph.cli import build_cli
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    recipe = "lm_then_gnn.yaml"
+    overrides = [
+        f"--seed_everything={args.seed}",
+        f"--model.init_args.seed={args.seed}",
+        *_setting_overrides(args, args.setting),
+    ]
+    cli = build_cli(
+        args=[
+            "--config", os.path.join(ROOT, "recipes", recipe), *overrides,
+            f"--data.init_args.cache_dir={os.path.join(args.cache_root, 'text_cache')}",
+            f"--trainer.logger.init_args.save_dir={args.workdir}",
+            "--trainer.enable_checkpointing=false",
+        ],
+        run=False,
+    )  # fmt: skip
+    module = cli.model
+    spec = cli.config.model.init_args.model
+    cls = type(module.model)
+    init = {
+        **{k: v for k, v in spec.init_args.as_dict().items() if k != "in_channels"},
+        "out_channels": int(module.model.out_channels),
+    }
+
+    def make_gnn(in_channels: int) -> torch.nn.Module:
+        return cls(in_channels=in_channels, **init)
+
+    gnn_input, patience = GLEM_RUNS[name]
+    if patience is not None:
+        patience = args.glem_patience
+    workdir = os.path.join(args.workdir, f"{name}_seed{args.seed}")
+    result = glem_run(
+        cli.datamodule,
+        module.lm.backbone,
+        make_gnn,
+        workdir,
+        gnn_input=gnn_input,
+        patience=patience,
+        lm_epochs=args.glem_lm_epochs,
+        gnn_epochs=args.epochs,
+        lm_lr=float(module.hparams.lm_lr if args.glem_lm_lr is None else args.glem_lm_lr),
+        gnn_lr=float(module.hparams.lr),
+        lm_batch_size=int(module.lm_batch_size),
+        pooling=module.lm.pooling,
+        num_em_iters=args.glem_em_iters,
+        seed=args.seed,
+        device=args.glem_device,
+    )
+    shutil.rmtree(workdir, ignore_errors=True)
+    return {"name": name, "processes": 1, "recipe": recipe, "overrides": overrides, **result}
+
+
+def _glem_order(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(kind, name) of one seed and setting, GLEM runs interleaved with the others so a
+    drift of the machine's load hits both systems."""
+    others = [("e2e", r) for r in args.glem_e2e_runs]
+    glem = [("glem", r) for r in args.glem_runs]
+    out = []
+    for i in range(max(len(others), len(glem))):
+        out += others[i : i + 1] + glem[i : i + 1]
+    return out
+
+
+def part_glem(args: argparse.Namespace) -> dict[str, Any]:
+    """``--baseline glem``: PyG's GLEM and lightgraph's UniTG / sequential runs on each
+    setting, one table per setting with GLEM / UniTG ratios."""
+    workdir = _workdir(args, "glem")
+    rows = []
+    for seed in args.seeds:
+        for setting in args.settings:
+            sub = os.path.join(workdir, setting)
+            os.makedirs(sub, exist_ok=True)
+            common = [*_common(args, sub), *_glem_flags(args, setting)]
+            for kind, name in _glem_order(args):
+                procs = E2E_RUNS[name][2] if kind == "e2e" else 1
+                threads = 1 if procs > 1 else args.threads
+                row = _run_worker(
+                    ["--worker", kind, name, "--seed", str(seed), *common],
+                    _env(threads),
+                    os.path.join(sub, f"{kind}_{name}_seed{seed}.log"),
+                    timeout=args.timeout,
+                )
+                row.setdefault("name", name)
+                row.update(seed=seed, setting=setting, kind=kind, threads_per_process=threads)
+                rows.append(row)
+                if "error" in row:
+                    print(f"{setting} {name} ERROR {row['error'][-800:]}", flush=True)
+                else:
+                    print(
+                        f"{setting:<5} {name:<16} makespan {row['makespan_s']:7.1f} s  test "
+                        f"{_glem_test(row):.4f}",
+                        flush=True,
+                    )
+    tables = {}
+    for seed in args.seeds:
+        for setting in args.settings:
+            mine = [r for r in rows if r["seed"] == seed and r["setting"] == setting]
+            tables[f"{setting}_seed{seed}"] = _glem_table(mine, setting, seed, args)
+    return {
+        "seeds": args.seeds,
+        "settings": {s: _setting_overrides(args, s) for s in args.settings},
+        "glem_lm_epochs": args.glem_lm_epochs,
+        "glem_em_iters": args.glem_em_iters,
+        "glem_patience": args.glem_patience,
+        "glem_device": args.glem_device,
+        "rows": rows,
+        "tables": tables,
+    }
+
+
+def _glem_flags(args: argparse.Namespace, setting: str) -> list[str]:
+    flags = [
+        "--setting", setting,
+        "--glem-lm-epochs", str(args.glem_lm_epochs),
+        "--glem-em-iters", str(args.glem_em_iters),
+        "--glem-patience", str(args.glem_patience),
+        "--glem-device", args.glem_device,
+        "--deep-gnn", args.deep_gnn,
+        "--deep-layers", str(args.deep_layers),
+        "--deep-hidden", str(args.deep_hidden),
+        "--deep-heads", str(args.deep_heads),
+    ]  # fmt: skip
+    if args.glem_lm_lr is not None:
+        flags += ["--glem-lm-lr", str(args.glem_lm_lr)]
+    if args.nodes is not None:
+        flags += ["--nodes", str(args.nodes)]
+    if args.recipe_lm_epochs is not None:
+        flags += ["--recipe-lm-epochs", str(args.recipe_lm_epochs)]
+    if args.accelerator:
+        flags += ["--accelerator", args.accelerator]
+    return flags
+
+
+def _glem_test(row: dict[str, Any]) -> float:
+    """The row's test accuracy: GNN's after the last epoch (UniTG, sequential) or the
+    model GLEM picks by validation accuracy."""
+    if row.get("kind") == "glem":
+        return float(row["chosen_test_acc"])
+    return float(row.get("final_test_acc") or 0.0)
+
+
+def _glem_table(
+    rows: list[dict[str, Any]], setting: str, seed: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Print one setting's table; returns its ratios."""
+    ok = {r["name"]: r for r in rows if "error" not in r}
+    unitg = next((ok[n] for n in ("unitg_p2_bubble", "unitg_p2", "unitg_single") if n in ok), None)
+    print(
+        f"\n{setting} setting, seed {seed} (reference UniTG row: "
+        f"{unitg['name'] if unitg else 'none'}; "
+        + ("the GNN phase's share of lm_then_gnn: "
+           f"{ok['lm_then_gnn']['gnn_time_total'] / max(ok['lm_then_gnn']['makespan_s'], 1e-9):.0%}"
+           if "lm_then_gnn" in ok and ok["lm_then_gnn"].get("gnn_time_total") else "")
+        + ")"
+    )  # fmt: skip
+    head = (
+        f"| {'run':<16} | P | makespan s | test acc % | GNN test % | GLEM final % | LM s | "
+        f"GNN s | phases (epochs, s) | GLEM / UniTG makespan | acc - UniTG (points) |"
+    )
+    print(head)
+    print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|")
+    out: dict[str, Any] = {}
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['name']:<16} | ERROR: {r['error'][-200:]!r} |")
+            continue
+        glem = r.get("kind") == "glem"
+        test = _glem_test(r)
+        ratio = r["makespan_s"] / unitg["makespan_s"] if unitg else None
+        delta = 100 * (test - _glem_test(unitg)) if unitg else None
+        out[r["name"]] = {"makespan_over_unitg": ratio, "test_acc_minus_unitg_points": delta}
+        phases = (
+            ", ".join(f"{p['phase']} {p['epochs']} ep {p['s']:.1f}" for p in r["phases"])
+            if glem
+            else "—"
+        )
+        print(
+            f"| {r['name']:<16} | {r['processes']} | {r['makespan_s']:.1f} | {100 * test:.1f} | "
+            f"{_fmt(100 * r['gnn_test_acc'] if glem else None, '.1f')} | "
+            f"{_fmt(100 * r['glem_final_test_acc'] if glem else None, '.1f')} | "
+            f"{_fmt(r.get('lm_time_total'), '.1f')} | {_fmt(r.get('gnn_time_total'), '.1f')} | "
+            f"{phases} | {_fmt(ratio, '.2f')} | {_fmt(delta, '+.1f')} |",
+            flush=True,
+        )
+    return out
+
+
 def _save(part: str, result: dict[str, Any], args: argparse.Namespace) -> None:
     import torch
 
@@ -1240,6 +1815,53 @@ def main() -> None:
         help="MALLOC_MMAP_THRESHOLD_ of the memory probes ('': glibc's adaptive default, "
         "whose heap grew to many GiB of RSS for 2,000-layer models)",
     )
+    parser.add_argument(
+        "--baseline",
+        choices=["glem"],
+        help="glem: PyG's GLEM against UniTG / lm_then_gnn on the same data, LM and GNN "
+        "(the `glem` part alone)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="tiny: 200 nodes, 2 GNN epochs, 1 LM epoch (GLEM and recipes), small setting, "
+        "GLEM with early stopping only",
+    )
+    parser.add_argument(
+        "--settings", nargs="+", default=["small", "deep"], choices=["small", "deep"],
+        help="glem: the recipes' GNN (small) and a deep one (--deep-*)",
+    )  # fmt: skip
+    parser.add_argument("--glem-runs", nargs="+", default=list(GLEM_RUNS), choices=list(GLEM_RUNS))
+    parser.add_argument(
+        "--glem-e2e-runs", nargs="+", default=list(GLEM_E2E_RUNS), choices=list(E2E_RUNS)
+    )
+    parser.add_argument(
+        "--glem-lm-epochs", type=int, default=3,
+        help="GLEM's LM epochs, pre-training and each LM phase (lm_then_gnn.yaml: 3)",
+    )  # fmt: skip
+    parser.add_argument("--glem-em-iters", type=int, default=1, help="GLEM EM iterations")
+    parser.add_argument(
+        "--glem-lm-lr", type=float, default=None, help="GLEM's LM lr (default: the recipe's)"
+    )
+    parser.add_argument(
+        "--glem-patience", type=int, default=3, help="glem_es: the example's patience (3)"
+    )
+    parser.add_argument("--glem-device", default="cpu", help="GLEM's device (cuda on a GPU)")
+    parser.add_argument("--deep-gnn", default="RevGCN", choices=["RevGCN", "RevGAT"])
+    parser.add_argument("--deep-layers", type=int, default=32)
+    parser.add_argument("--deep-hidden", type=int, default=64)
+    parser.add_argument("--deep-heads", type=int, default=2, help="RevGAT heads")
+    parser.add_argument(
+        "--nodes", type=int, default=None, help="graph nodes (glem; default: the recipe's)"
+    )
+    parser.add_argument(
+        "--recipe-lm-epochs", type=int, default=None,
+        help="glem: the recipes' lm_epochs for the UniTG / lm_then_gnn rows (default: theirs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--accelerator", default=None,
+        help="one-process recipe runs' --trainer.accelerator (e.g. gpu; default the recipe's)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per worker")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--scratch", default=None, help="work directory (default: a temp dir)")
@@ -1251,7 +1873,11 @@ def main() -> None:
     parser.add_argument("--mem-layers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--mem-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--setting", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.dry_run:
+        args.nodes, args.epochs, args.glem_lm_epochs, args.recipe_lm_epochs = 200, 2, 1, 1
+        args.settings, args.glem_runs, args.seeds = ["small"], ["glem_es"], [0]
 
     if args.worker:
         args.cache_root = args.scratch
@@ -1264,15 +1890,17 @@ def main() -> None:
             result = worker_reorder(args)
         elif kind == "memory":
             result = worker_memory(args)
+        elif kind == "glem":
+            result = worker_glem(args, args.worker[1])
         else:
             raise SystemExit(f"unknown worker {kind}")
         print("RESULT " + json.dumps(result), flush=True)
         return
 
-    parts = [p for p in args.parts.split(",") if p]
+    parts = ["glem"] if args.baseline == "glem" else [p for p in args.parts.split(",") if p]
     for p in parts:
-        if p not in PARTS:
-            parser.error(f"--parts: unknown part {p!r} (choose from {', '.join(PARTS)})")
+        if p not in ALL_PARTS:
+            parser.error(f"--parts: unknown part {p!r} (choose from {', '.join(ALL_PARTS)})")
     own_scratch = args.scratch is None
     if own_scratch:
         args.scratch = tempfile.mkdtemp(prefix="bench_unitg_")
@@ -1292,6 +1920,8 @@ def main() -> None:
             result = part_m(args)
         elif part == "reorder":
             result = part_reorder(args)
+        elif part == "glem":
+            result = part_glem(args)
         else:
             result = part_memory(args)
         result["part_wall_s"] = time.perf_counter() - start

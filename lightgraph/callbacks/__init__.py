@@ -4,6 +4,7 @@ from lightgraph.callbacks.adaptive_bitwidth import AdaptiveBitWidth
 from lightgraph.callbacks.aggregation_order import AggregationOrder
 from lightgraph.callbacks.bitwidth_reassigner import BitWidthReassigner
 from lightgraph.callbacks.cluster_sparsity_tuner import ClusterSparsityTuner
+from lightgraph.callbacks.co_training_early_stopping import CoTrainingEarlyStopping
 from lightgraph.callbacks.communication_monitor import CommunicationMonitor
 from lightgraph.callbacks.epoch_summary import EpochSummary
 from lightgraph.callbacks.graph_compile import GraphCompile
@@ -18,6 +19,7 @@ __all__ = [
     "AggregationOrder",
     "BitWidthReassigner",
     "ClusterSparsityTuner",
+    "CoTrainingEarlyStopping",
     "CommunicationMonitor",
     "EpochSummary",
     "GraphCompile",

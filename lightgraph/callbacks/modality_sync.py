@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightgraph.functional.loss_descent_rate import check_smoothing
@@ -59,6 +60,10 @@ class ModalitySync(Callback):
       epoch, with or without this callback); the callback keeps the last value
       ``sync_embeddings`` returned in :attr:`encoded_fraction`.
 
+    A module with nothing to sync (``pl_module.has_lm`` is ``False``, e.g. a
+    :class:`~lightgraph.models.UniTGModule` built with ``lm=None``) makes the callback a
+    no-op for the fit: one info line says so, no schedule is updated, nothing is logged.
+
     :attr:`history` lists ``(epoch, interval, synced)`` for every epoch, across resumes.
     Checkpoints carry the schedule, so a resumed run continues the same trajectory; an
     epoch whose end hooks a resumed run replays (a checkpoint written at train-epoch end)
@@ -99,6 +104,8 @@ class ModalitySync(Callback):
         self._pending: dict[str, Any] | None = None
         # State loaded before `setup` built the schedule.
         self._loaded: dict[str, Any] | None = None
+        #: ``False`` when the module has no LM: the callback then does nothing.
+        self.active = True
 
     @property
     def history(self) -> list[tuple[int, int, bool]]:
@@ -127,6 +134,14 @@ class ModalitySync(Callback):
                 f"method and an `epoch_gnn_loss` property) but {type(pl_module).__name__} lacks "
                 f"{missing or ['a callable `sync_embeddings`']}."
             )
+        # Optional capability of the protocol: a co-training module without an LM (a
+        # GNN-only run of a co-training recipe) has nothing to sync.
+        self.active = bool(getattr(pl_module, "has_lm", True))
+        if not self.active:
+            rank_zero_info(
+                f"ModalitySync: {type(pl_module).__name__} has no LM (has_lm=False), so there "
+                "are no embeddings to sync; the callback does nothing in this fit."
+            )
         total = self._total_epochs(trainer)
         if self.schedule is None or (
             self.schedule.total_epochs != total and not self.schedule.history
@@ -149,6 +164,8 @@ class ModalitySync(Callback):
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.active:
+            return
         # A checkpointed epoch whose end hooks the resumed run did not replay.
         pending = self._pending
         if pending is not None and pending["epoch"] < trainer.current_epoch:
@@ -158,6 +175,8 @@ class ModalitySync(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.active:
+            return
         schedule = self._require_schedule()
         epoch = trainer.current_epoch
         if self._is_new(epoch):  # else: replayed after a resume, already counted

@@ -28,7 +28,6 @@ from lightgraph.distributed.timeline import Timeline
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
     GroupBatchSampler,
-    degree_groups,
     early_exit_loss,
 )
 from lightgraph.nn.models.pipeline_stages import pipeline_depth
@@ -76,25 +75,28 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     * **LM** (:class:`~lightgraph.nn.EarlyExitEncoder`): fine-tuned on the training nodes'
       texts for ``lm_epochs`` passes. With ``lazy_tuner=True`` (the Lazy Tuner) batches
       hold nodes of one degree quartile and exit at that group's layer, loss Eq. 5.1;
-      otherwise every batch runs the full depth with cross-entropy. The
-      ``lm_epochs · ceil(|train| / lm_batch_size)`` batches are spread evenly over the
-      first ``lm_share · J`` of the ``J = max_epochs`` GNN epochs: epoch ``t`` runs
-      ``q = ceil(total / (lm_share · J))`` of them and
-      takes **one** LM optimiser step on their summed gradients (each batch loss scaled by
-      ``1/q``), so the LM sees the same updates however its batches are placed
-      (in-line, in pipeline bubbles, or spread over stages).
+      otherwise every batch runs the full depth with cross-entropy. Each LM epoch of
+      ``B`` batches is ``ceil(B / lm_batches_per_step)`` optimiser steps (the mean loss of
+      ``lm_batches_per_step`` consecutive batches each), whatever ``J = max_epochs``; the
+      steps run in the first ``ceil(lm_share · J)`` GNN epochs,
+      ``ceil(steps / ceil(lm_share · J))`` per epoch, so the LM sees the same updates
+      however its batches are placed (in-line, in pipeline bubbles, or spread over
+      stages). After its last step every node is encoded by the finished LM.
     * **Embedding store**: per node, the LM's latest pooled embedding (``[N, H]``) and an
       ``encoded`` flag. The GNN input is
 
       .. math::
           \\mathbf{x}^{\\text{GNN}}_v = \\begin{cases}
-          \\mathbf{W}_{\\text{lm}}\\,\\mathbf{e}_v + \\mathbf{b}_{\\text{lm}} & v \\text{ encoded} \\\\
+          (1 - \\alpha_v)\\,\\mathbf{x}_v + \\alpha_v\\,(\\mathbf{W}_{\\text{lm}}\\,\\mathbf{e}_v + \\mathbf{b}_{\\text{lm}}) & v \\text{ encoded} \\\\
           \\mathbf{x}_v & \\text{otherwise}
           \\end{cases}
 
       (original features ``x_v`` for nodes the LM has not encoded yet, LM embeddings
       ``e_v`` projected to the GNN's input width by a linear map trained with the GNN,
-      one map per exit layer since different layers embed into different spaces).
+      one map per exit layer since different layers embed into different spaces;
+      :math:`\\alpha_v` ramps from 0 at the sync that first encodes ``v`` to 1 over
+      ``sync_ramp_epochs``, and with ``sync_check`` a sync that lowers the validation
+      accuracy is reverted and retried at the next one).
       The LM writes embeddings into a private cache as it works: ``encode_batch_size``
       nodes per job, walked round-robin over all nodes, without gradient, at the layer
       ``encode_at`` names (and a training batch's own nodes when its exit is that layer); :meth:`sync_embeddings`
@@ -119,7 +121,8 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     Logged every epoch (identical on every rank): ``train_loss`` (GNN), ``lm_loss``,
     ``val_loss``, ``val_acc``, ``test_acc``, ``lm_time`` / ``gnn_time`` (seconds of the
     epoch, the slowest rank), ``lm_time_total`` / ``gnn_time_total`` (since the start of
-    the run), ``lm_bubble_time_total``, and with an LM ``encoded_fraction``: the fraction
+    the run), ``lm_bubble_time_total``, and with an LM ``lm_val_acc`` / ``lm_test_acc``
+    (:meth:`lm_accuracy`) and ``encoded_fraction``: the fraction
     of nodes whose GNN input is an LM embedding, at the end of the epoch (after a
     :class:`~lightgraph.callbacks.ModalitySync` sync or the sequential schedule's
     encoding), with or without ``ModalitySync``.
@@ -144,6 +147,11 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         lm_share: fraction of the GNN epochs over which the LM's batches are spread
             (collaborative schedule): the LM finishes after ``lm_share · J`` epochs and the
             GNN trains its remaining epochs on the final embeddings (after the next sync).
+        lm_batches_per_step: LM training batches per LM optimiser step.
+        sync_check: keep a sync only if the GNN's validation accuracy does not drop
+            (collaborative schedule), else revert it and retry at the next sync.
+        sync_ramp_epochs: GNN epochs over which a newly encoded node's LM embedding is
+            blended in (0: replaced at once).
         bubble_interleave: run the LM jobs inside the pipeline bubbles (flow-parallel only).
         in_channels: the GNN's input width (default: ``model.in_channels``).
         total_epochs: ``J``, the GNN epochs the LM work is spread over (default: the
@@ -177,6 +185,9 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         weight_decay: float = 0.0,
         lm_share: float = 0.5,
         encode_at: str = "last",
+        lm_batches_per_step: int = 2,
+        sync_check: bool = True,
+        sync_ramp_epochs: int = 10,
         bubble_interleave: bool = False,
         in_channels: int | None = None,
         total_epochs: int | None = None,
@@ -205,6 +216,9 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         check_non_negative(owner, "weight_decay", weight_decay)
         self.lm_share = check_fraction(owner, "lm_share", lm_share)
         self.encode_at = check_choice(owner, "encode_at", encode_at, ENCODE_AT)
+        self.lm_batches_per_step = check_int(owner, "lm_batches_per_step", lm_batches_per_step)
+        self.sync_check = check_bool(owner, "sync_check", sync_check)
+        self.sync_ramp_epochs = check_int(owner, "sync_ramp_epochs", sync_ramp_epochs, low=0)
         self.bubble_interleave = check_bool(owner, "bubble_interleave", bubble_interleave)
         self.seed = check_int(owner, "seed", seed, low=0)
         self.total_epochs = check_optional_int(owner, "total_epochs", total_epochs)
@@ -239,9 +253,20 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self._attention_mask: Tensor | None = None
         self._train_nodes: Tensor | None = None
         self._encode_groups: Tensor | None = None
+        self._exit_groups: Tensor | None = None
         self._sampler: GroupBatchSampler | None = None
-        self._jobs_per_step = 1
+        self._steps_per_epoch = 1
         self._total_jobs = 0
+        self._total_steps = 0
+        #: LM optimiser steps taken so far (checkpointed).
+        self.lm_steps_done = 0
+        # The remaining LM steps are to run in the next training epoch (early stopping).
+        self._finish_requested = False
+        # Incremented at every LM update: the LM accuracy is recomputed only when it changed.
+        self._lm_version = 0
+        self._lm_acc_cache: tuple[int, list[float]] | None = None
+        #: ``(epoch, val_acc_before, val_acc_after, kept)`` of every checked sync.
+        self.sync_checks: list[tuple[int, float, float, bool]] = []
         self._epoch_gnn_loss: float | None = None
         self._lm_loss_sum = 0.0
         self._lm_loss_count = 0
@@ -291,29 +316,36 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                     f"table has {vocab} rows; set the LM's `vocab_size` to at least "
                     f"{datamodule.vocab_size}."
                 )
+            self._check_sequence_length(owner, datamodule)
             if self.store.size(0) != n:  # not restored from a checkpoint of this graph
                 self._allocate_store(n)
             deg = node_degree(graph.edge_index[1], n)
             self._train_nodes = graph.train_mask.nonzero().view(-1)
             groups_g = self.lm.num_groups
+            # ONE grouping for fine-tuning, encoding and the LM's accuracy: the training
+            # nodes' degree quantiles (the Lazy Tuner's, the groups the exit heads are
+            # trained on), applied to every node by its degree.
             if self.lazy_tuner:
-                train_groups = degree_groups(deg, self._train_nodes, groups_g)
+                self._exit_groups = _node_exit_groups(deg, self._train_nodes, groups_g)
             else:
-                train_groups = torch.full_like(self._train_nodes, groups_g - 1)
-            if self.lazy_tuner and self.encode_at == "exit":
-                self._encode_groups = degree_groups(deg, torch.arange(n), groups_g)
+                self._exit_groups = torch.full((n,), groups_g - 1, dtype=torch.long)
+            train_groups = self._exit_groups[self._train_nodes]
+            if self.encode_at == "exit":
+                self._encode_groups = self._exit_groups
             else:
                 self._encode_groups = torch.full((n,), groups_g - 1, dtype=torch.long)
             self._sampler = GroupBatchSampler(train_groups, self.lm_batch_size, seed=self.seed)
-            self._total_jobs = self.lm_epochs * len(self._sampler)
+            per_lm_epoch = len(self._sampler)
+            self._total_jobs = self.lm_epochs * per_lm_epoch
+            self._total_steps = self.lm_epochs * math.ceil(per_lm_epoch / self.lm_batches_per_step)
             epochs = self.total_epochs or trainer.max_epochs
             if epochs is None or epochs < 1:
                 raise ValueError(
                     f"{owner}: the LM's batches are spread over the GNN epochs, so it needs "
                     f"`total_epochs` or the Trainer's `max_epochs` (got max_epochs={epochs!r})."
                 )
-            lm_epochs_span = max(1, math.floor(self.lm_share * epochs))
-            self._jobs_per_step = max(1, math.ceil(self._total_jobs / lm_epochs_span))
+            span = max(1, math.ceil(self.lm_share * epochs))
+            self._steps_per_epoch = max(1, math.ceil(self._total_steps / span))
         pipe = self.parallel_context.flow_pipeline
         if pipe is not None:
             pipe.build(self.model, graph.edge_index, n)
@@ -325,6 +357,29 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 f"{owner}: `bubble_interleave=True` needs pipeline bubbles: train with "
                 "`strategy=FlowParallelStrategy(...)` (or strategy='flow_parallel')."
             )
+
+    def _check_sequence_length(self, owner: str, datamodule: Any) -> None:
+        """Token sequences longer than the LM's position table fail deep inside the LM:
+        refuse them here, naming both settings."""
+        assert self.lm is not None and self._input_ids is not None
+        config = getattr(self.lm.backbone, "config", None)
+        limit = getattr(config, "max_position_embeddings", None)
+        length = int(self._input_ids.size(1))
+        if not isinstance(limit, int) or length <= limit:
+            return
+        dataset = getattr(datamodule, "dataset", None)
+        words = getattr(dataset, "words_per_node", None)
+        source = (
+            f"`words_per_node={words}` (plus [CLS] and [SEP])"
+            if isinstance(words, int)
+            else "the texts"
+        )
+        raise ValueError(
+            f"{owner}: {source} give token sequences of length {length} but the LM's "
+            f"`max_position` (max_position_embeddings) is {limit}; expected a length of at most "
+            f"{limit}. Lower `words_per_node` to at most {limit - 2} or raise the LM's "
+            f"`max_position` to at least {length}."
+        )
 
     def _check_pipeline_depth(self, owner: str) -> None:
         """Flow parallelism runs one GNN stage per process and a stage needs a layer: the
@@ -358,6 +413,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         n = num_nodes
         self.register_buffer("store", torch.zeros(n, hidden))
         self.register_buffer("encoded", torch.zeros(n, dtype=torch.bool))
+        self.register_buffer("first_encoded", torch.zeros(n, dtype=torch.long))
         self.register_buffer("store_exit", torch.zeros(n, dtype=torch.long))
         self.register_buffer("lm_cache", torch.zeros(n, hidden))
         self.register_buffer("lm_cache_exit", torch.zeros(n, dtype=torch.long))
@@ -402,6 +458,8 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             "world_size": max(len(caches), 1),
             "lm_caches": caches,
             "totals": {k: float(v) for k, v in self.totals.items()},
+            "lm_steps_done": int(self.lm_steps_done),
+            "finish_requested": bool(self._finish_requested),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -418,6 +476,8 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         saved = checkpoint.get(RANK_STATE_KEY)
         if isinstance(saved, dict):
             self.totals.update({k: float(v) for k, v in saved.get("totals", {}).items()})
+            self.lm_steps_done = int(saved.get("lm_steps_done", 0))
+            self._finish_requested = bool(saved.get("finish_requested", False))
         if self.lm is None or not isinstance(state_dict, dict) or "lm_stamp" not in state_dict:
             return
         rank, world = self._rank_world()
@@ -461,15 +521,46 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     # ------------------------------------------------------------------------ LM jobs
     @property
     def num_lm_steps(self) -> int:
-        """GNN epochs that carry LM work (the LM's optimiser steps)."""
-        return math.ceil(self._total_jobs / self._jobs_per_step) if self._total_jobs else 0
+        """The LM's optimiser steps over the run: ``lm_epochs · ceil(B / lm_batches_per_step)``
+        for ``B`` training batches per LM epoch (whatever the number of GNN epochs)."""
+        return self._total_steps
+
+    @property
+    def lm_steps_per_epoch(self) -> int:
+        """LM optimiser steps per GNN epoch: ``ceil(num_lm_steps / ceil(lm_share · J))``."""
+        return self._steps_per_epoch
+
+    @property
+    def lm_finished(self) -> bool:
+        """Whether the LM took all its steps (the store was then refreshed by the final LM)."""
+        return self.lm is None or self.lm_steps_done >= self._total_steps
+
+    def finish_lm(self) -> None:
+        """Run all the LM's remaining steps in the next training epoch, then refresh the
+        store (what :class:`~lightgraph.callbacks.CoTrainingEarlyStopping` asks before it
+        stops a run). A no-op once the LM is finished."""
+        if not self.lm_finished:
+            self._finish_requested = True
+
+    def _epoch_lm_steps(self, epoch: int) -> range:
+        """The LM steps GNN epoch ``epoch`` runs (after any already taken)."""
+        if self._finish_requested:
+            return range(self.lm_steps_done, self._total_steps)
+        stop = min((epoch + 1) * self._steps_per_epoch, self._total_steps)
+        return range(min(max(self.lm_steps_done, epoch * self._steps_per_epoch), stop), stop)
 
     def lm_jobs(self, step: int) -> list[LMJob]:
-        """The LM jobs of LM optimiser step ``step`` (empty once the LM budget is used)."""
+        """The LM jobs (training batches) of LM optimiser step ``step``: the ``s``-th group
+        of ``lm_batches_per_step`` consecutive batches of one LM epoch (empty past the
+        last step)."""
         assert self._sampler is not None and self._train_nodes is not None
         per_epoch = len(self._sampler)
-        start = step * self._jobs_per_step
-        stop = min(start + self._jobs_per_step, self._total_jobs)
+        per_lm_epoch_steps = math.ceil(per_epoch / self.lm_batches_per_step)
+        lm_epoch, s = divmod(step, per_lm_epoch_steps)
+        if step < 0 or lm_epoch >= self.lm_epochs:
+            return []
+        start = lm_epoch * per_epoch + s * self.lm_batches_per_step
+        stop = min(start + self.lm_batches_per_step, (lm_epoch + 1) * per_epoch)
         jobs = []
         cache: dict[int, list[tuple[int, Tensor]]] = {}
         n = int(self._encode_groups.numel()) if self._encode_groups is not None else 0
@@ -576,6 +667,8 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         assert isinstance(optimizers, list)
         optimizers[1].step()
         optimizers[1].zero_grad(set_to_none=True)
+        self.lm_steps_done = max(self.lm_steps_done, step + 1)
+        self._lm_version += 1
         self._lm_seconds += time.perf_counter() - start
         return result
 
@@ -624,15 +717,74 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         """The GNN training loss of the last finished epoch (identical on every rank)."""
         return self._epoch_gnn_loss
 
+    @property
+    def has_lm(self) -> bool:
+        """Whether there is an LM whose embeddings :meth:`sync_embeddings` can copy."""
+        return self.lm is not None
+
     @torch.no_grad()
     def sync_embeddings(self) -> float:
         """Copy the LM's cached embeddings into the store (the Modality Collaborator's sync).
 
         A collective under several processes: every rank's cache is merged (for each node
-        the embedding with the latest stamp wins). Returns the encoded fraction.
+        the embedding with the latest stamp wins). A node encoded for the first time enters
+        the GNN input with weight 0, ramped up over ``sync_ramp_epochs`` epochs. With
+        ``sync_check=True`` (collaborative schedule) the sync is kept only if the GNN's
+        validation accuracy does not drop; otherwise the store is restored and the cache
+        (which keeps the embeddings) is tried again at the next sync. Returns the encoded
+        fraction.
         """
         if self.lm is None:
             raise RuntimeError("UniTGModule.sync_embeddings: there is no LM (lm=None).")
+        return self._sync(check=self.sync_check and self.schedule == "collaborative")
+
+    @torch.no_grad()
+    def _sync(self, check: bool) -> float:
+        before = self._gnn_val_accuracy() if check else 0.0
+        saved = (
+            self.store.clone(),
+            self.store_exit.clone(),
+            self.encoded.clone(),
+            self.first_encoded.clone(),
+        )
+        self._copy_cache()
+        if check:
+            after = self._gnn_val_accuracy()
+            kept = after >= before
+            self.sync_checks.append((int(self.current_epoch), before, after, kept))
+            if not kept:
+                self.store.copy_(saved[0])
+                self.store_exit.copy_(saved[1])
+                self.encoded.copy_(saved[2])
+                self.first_encoded.copy_(saved[3])
+        self.encoded_fraction = float(self.encoded.float().mean())
+        return self.encoded_fraction
+
+    @torch.no_grad()
+    def _gnn_val_accuracy(self) -> float:
+        """The GNN's validation accuracy on the current store (eval mode, no randomness)."""
+        graph = self._graph
+        assert graph is not None
+        was_training = self.model.training
+        self.model.eval()
+        pipe = self.parallel_context.flow_pipeline
+        if pipe is None:
+            logits: Tensor | None = self.model(self.gnn_input(), graph.edge_index)
+        else:
+            logits = pipe.forward_eval(self.gnn_input() if pipe.is_first else None)
+        self.model.train(was_training)
+        stats = torch.zeros(2, dtype=torch.float64, device=self.device)  # all-reduced below
+        if logits is not None:
+            val = graph.val_mask
+            stats[0] = float((logits[val].argmax(dim=-1) == graph.y[val]).sum())
+            stats[1] = float(val.sum())
+        _, world = self._rank_world()
+        if world > 1 and pipe is not None:
+            dist.all_reduce(stats)
+        return float(stats[0] / stats[1].clamp_min(1.0))
+
+    @torch.no_grad()
+    def _copy_cache(self) -> None:
         _, world = self._rank_world()
         stamp = self.lm_stamp
         cache = self.lm_cache
@@ -647,11 +799,11 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             dist.all_reduce(exits)
             stamp = latest
         seen = stamp >= 0
+        # First encoded now: blended in from the next epoch on (see `_blend`).
+        self.first_encoded[seen & ~self.encoded] = self.current_epoch + 1
         self.store[seen] = cache[seen]
         self.store_exit[seen] = exits[seen]
         self.encoded |= seen
-        self.encoded_fraction = float(self.encoded.float().mean())
-        return self.encoded_fraction
 
     @torch.no_grad()
     def encode_all(self) -> None:
@@ -662,7 +814,9 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         nodes = torch.arange(n)[rank::world]
         for chunk in nodes.split(max(1, self.lm_batch_size * 8)):
             self._encode(chunk, 2 * self._total_jobs + 1)
-        self.sync_embeddings()
+        # Unconditional (not checked): the sequential baseline's one fill, and the store's
+        # refresh by the finished LM, whose embeddings are the ones the GNN must end on.
+        self._sync(check=False)
 
     def gnn_input(self) -> Tensor:
         """``[N, in_channels]``: LM embeddings (projected) where encoded, features elsewhere."""
@@ -675,8 +829,17 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         for group, proj in enumerate(self.lm_proj):
             rows = (self.encoded & (self.store_exit == group)).nonzero().view(-1)
             if rows.numel():
-                out = out.index_put((rows,), proj(self.store[rows]))
+                alpha = self._blend(rows).unsqueeze(1)
+                out = out.index_put((rows,), (1 - alpha) * x[rows] + alpha * proj(self.store[rows]))
         return out
+
+    def _blend(self, rows: Tensor) -> Tensor:
+        """Weight of the LM embedding in the GNN input of ``rows``: 0 at the sync that first
+        encodes a node, then ``+1/sync_ramp_epochs`` per GNN epoch, up to 1."""
+        if self.sync_ramp_epochs == 0 or self.schedule == "sequential":
+            return torch.ones(rows.numel(), device=rows.device)
+        since = self.current_epoch - self.first_encoded[rows] + 1
+        return (since.float() / self.sync_ramp_epochs).clamp(0.0, 1.0)
 
     # ------------------------------------------------------------------------ steps
     def on_train_epoch_start(self) -> None:
@@ -728,25 +891,43 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         optimizers = self.optimizers()
         gnn_opt = optimizers[0] if isinstance(optimizers, list) else optimizers
         epoch = self.current_epoch
+        steps: range = range(0)
         if self.lm is not None:
             if self.schedule == "sequential":
-                if epoch == 0:
-                    for step in range(self.num_lm_steps):
-                        self._lm_step(step)
-                    start = time.perf_counter()
-                    self.encode_all()
-                    self._lm_seconds += time.perf_counter() - start
-            elif self.interleaver is None:
-                self._lm_step(epoch)
+                steps = range(self.lm_steps_done, self._total_steps)
+            else:
+                steps = self._epoch_lm_steps(epoch)
+        unfinished = not self.lm_finished
+        # The epoch's first LM step runs in the pipeline bubbles (bubble_interleave); the
+        # others need the previous update, hence the gradient sum over the stages, first.
+        in_bubbles = self.interleaver is not None and len(steps) > 0 and not self._finish_requested
+        if not in_bubbles:
+            for step in steps:
+                self._lm_step(step)
+            if self.schedule == "sequential" and unfinished:
+                self._refresh_store()  # the GNN trains on the final LM's embeddings only
         start = time.perf_counter()
         lm_before = self._lm_seconds
-        loss = self._gnn_step(gnn_opt, epoch)
+        loss = self._gnn_step(gnn_opt, steps[0] if in_bubbles else None)
         # LM jobs left over after an interleaved pipeline step are LM time, not GNN time.
         gnn_seconds = time.perf_counter() - start - (self._lm_seconds - lm_before)
+        if in_bubbles:
+            for step in steps[1:]:
+                self._lm_step(step)
+        if self.schedule == "collaborative" and unfinished and self.lm_finished:
+            self._refresh_store()
+        self._finish_requested = False
         self._epoch_gnn_loss = loss
         self._log_epoch(loss, gnn_seconds)
 
-    def _gnn_step(self, gnn_opt: Any, epoch: int) -> float:
+    def _refresh_store(self) -> None:
+        """After the LM's last step: encode every node with the finished LM into the store
+        (the round-robin cache holds embeddings of earlier LM states)."""
+        start = time.perf_counter()
+        self.encode_all()
+        self._lm_seconds += time.perf_counter() - start
+
+    def _gnn_step(self, gnn_opt: Any, lm_step: int | None) -> float:
         graph = self._graph
         assert graph is not None
         self.model.train()
@@ -760,8 +941,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             value = float(loss.detach())
         else:
             x = self.gnn_input() if pipe.is_first else None
-            interleave = self.lm is not None and self.schedule == "collaborative"
-            out = self._pipeline_step(pipe, x, graph, epoch if interleave else None)
+            out = self._pipeline_step(pipe, x, graph, lm_step)
             value = float(pipe.broadcast_loss(out))
         gnn_opt.step()
         return value
@@ -852,16 +1032,83 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             dist.all_reduce(stats)
         correct_val, n_val, correct_test, n_test, loss_val = stats.tolist()
         sync = {"batch_size": 1, "reduce_fx": "max", "sync_dist": world > 1}
+        if self.lm is not None:
+            lm_val, lm_test = self.lm_accuracy()
+            if stage == "val":
+                self.log("lm_val_acc", lm_val, **sync)  # type: ignore[arg-type]
+            self.log("lm_test_acc", lm_test, **sync)  # type: ignore[arg-type]
         if stage == "val":
             self.log("val_loss", loss_val / max(n_val, 1.0), **sync)  # type: ignore[arg-type]
             self.log("val_acc", correct_val / max(n_val, 1.0), prog_bar=True, **sync)  # type: ignore[arg-type]
         self.log("test_acc", correct_test / max(n_test, 1.0), prog_bar=True, **sync)  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def lm_accuracy(self) -> tuple[float, float]:
+        """The LM's own ``(validation, test)`` accuracy: each node classified by the exit
+        head of its group at that group's exit layer (the grouping fine-tuning uses).
+
+        Recomputed only after an LM update; under flow parallelism every stage classifies
+        a share of the nodes and the counts are summed.
+        """
+        lm = self.lm
+        graph = self._graph
+        assert lm is not None and graph is not None and self._exit_groups is not None
+        assert self._input_ids is not None and self._attention_mask is not None
+        if self._lm_acc_cache is not None and self._lm_acc_cache[0] == self._lm_version:
+            val_acc, test_acc = self._lm_acc_cache[1]
+            return val_acc, test_acc
+        rank, world = self._rank_world()
+        split = world if self.parallel_context.flow_pipeline is not None else 1
+        stats = torch.zeros(4, dtype=torch.float64, device=self.device)  # all-reduced below
+        was_training = lm.training
+        lm.eval()
+        for i, mask in enumerate((graph.val_mask, graph.test_mask)):
+            nodes = mask.nonzero().view(-1)
+            stats[2 * i + 1] = float(nodes.numel())
+            mine = nodes[rank::split] if split > 1 else nodes
+            groups = self._exit_groups.to(mine.device)[mine]
+            for group in range(lm.num_groups):
+                rows = mine[groups == group]
+                if rows.numel() == 0:
+                    continue
+                for chunk in rows.split(max(1, self.encode_batch_size * 4)):
+                    emb = lm.embed(
+                        self._input_ids[chunk], self._attention_mask[chunk], lm.exit_layers[group]
+                    )
+                    pred = lm.heads[group](emb).argmax(dim=-1)
+                    stats[2 * i] += float((pred == graph.y[chunk]).sum())
+        lm.train(was_training)
+        if split > 1:
+            correct = stats[0::2].clone()
+            dist.all_reduce(correct)
+            stats[0::2] = correct
+        values = [
+            float(stats[0] / stats[1].clamp_min(1.0)),
+            float(stats[2] / stats[3].clamp_min(1.0)),
+        ]
+        self._lm_acc_cache = (self._lm_version, values)
+        return values[0], values[1]
 
     def validation_step(self, batch: Data, batch_idx: int) -> None:
         self._evaluate("val")
 
     def test_step(self, batch: Data, batch_idx: int) -> None:
         self._evaluate("test")
+
+
+def _node_exit_groups(degree: Tensor, train_nodes: Tensor, num_groups: int) -> Tensor:
+    """``[N]`` exit group of every node: the training nodes' degree quantiles
+    (:func:`~lightgraph.nn.degree_groups`, ties by value) applied to all nodes by degree.
+
+    A training node gets the group :func:`~lightgraph.nn.degree_groups` gives it, so
+    fine-tuning, encoding and the LM's accuracy agree on every node's exit.
+    """
+    deg = degree.double()
+    if num_groups == 1 or train_nodes.numel() == 0:
+        return torch.zeros(degree.numel(), dtype=torch.long, device=degree.device)
+    probs = torch.arange(1, num_groups, dtype=torch.double, device=deg.device) / num_groups
+    bounds = torch.quantile(deg[train_nodes], probs)
+    return torch.bucketize(deg, bounds, right=False)
 
 
 def _merge_caches(caches: list[dict[str, Tensor]]) -> dict[str, Tensor]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import csv
 import glob
-import math
 import os
 
 import lightning.pytorch as pl
@@ -121,17 +120,17 @@ def test_lm_update_is_one_step_on_the_epochs_summed_batches(tmp_path) -> None:
     counts = torch.bincount(torch.cat([job.nodes for job in jobs]), minlength=120)
     train = dm.graph().train_mask
     assert bool((counts[train] == 2).all()) and bool((counts[~train] == 0).all())
-    q = math.ceil(len(jobs) / epochs)
-    assert [len(module.lm_jobs(s)) for s in range(epochs)] == [
-        min(q, len(jobs) - s * q) for s in range(epochs)
-    ]
+    # Steps: `lm_batches_per_step` (2) consecutive batches of one LM epoch each.
+    per_lm_epoch = len(jobs) // 2
+    sizes = [min(2, per_lm_epoch - k) for k in range(0, per_lm_epoch, 2)] * 2
+    assert [len(module.lm_jobs(s)) for s in range(module.num_lm_steps)] == sizes
 
     # Reference: plain Adam on the mean of each step's batch losses (Eq. 5.1 per batch).
     data = dm.graph()
     tokens = dm.tokens()
     opt = torch.optim.Adam(reference.parameters(), lr=0.01)
     reference.train()
-    for step in range(epochs):
+    for step in range(module.num_lm_steps):
         batch_jobs = module.lm_jobs(step)
         if not batch_jobs:
             continue
@@ -163,6 +162,7 @@ def test_gnn_input_mixes_features_and_projected_embeddings(tmp_path) -> None:
         module.encoded.zero_()
         module.encoded[: n // 2] = True
         module.store_exit.copy_(torch.arange(n) % 4)
+        module.first_encoded.fill_(-100)  # encoded long ago: the blend has reached 1
         mixed = module.gnn_input()
     for v in (0, 1, 2, 3, n - 1):
         if v < n // 2:
@@ -175,7 +175,9 @@ def test_gnn_input_mixes_features_and_projected_embeddings(tmp_path) -> None:
 
 def test_sync_copies_the_latest_cache(tmp_path) -> None:
     dm = _datamodule(tmp_path)
-    module = UniTGModule(RevGCN(16, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES, lm=_lm())
+    module = UniTGModule(
+        RevGCN(16, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES, lm=_lm(), sync_check=False
+    )
     _trainer(1).fit(module, dm)
     with torch.no_grad():
         module.encoded.zero_()

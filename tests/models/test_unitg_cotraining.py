@@ -1,0 +1,248 @@
+"""UniTG co-training schedule: syncs, LM step count, grouping, store refresh, LM accuracy,
+early stopping (issue 29), each against a reference computed here."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch_geometric.utils import degree
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from lightgraph.callbacks import CoTrainingEarlyStopping, ModalitySync  # noqa: E402
+from lightgraph.data import SyntheticGraph, SyntheticTextGraph, TextGraphDataModule  # noqa: E402
+from lightgraph.models import UniTGModule  # noqa: E402
+from lightgraph.nn import EarlyExitEncoder, LMEncoder, RevGCN, degree_groups  # noqa: E402
+
+NUM_CLASSES = 4
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _datamodule(tmp_path, words: int = 6) -> TextGraphDataModule:
+    graph = SyntheticGraph(num_nodes=120, num_classes=NUM_CLASSES, num_features=16, seed=3)
+    text = SyntheticTextGraph(graph, words_per_node=words, vocab_per_class=4, noise_vocab_size=20)
+    return TextGraphDataModule(text, serve="graph", cache_dir=str(tmp_path / "cache"))
+
+
+def _lm(max_position: int = 16) -> EarlyExitEncoder:
+    torch.manual_seed(1)
+    enc = LMEncoder(
+        vocab_size=64,
+        hidden_size=16,
+        num_layers=4,
+        num_heads=2,
+        intermediate_size=32,
+        max_position=max_position,
+        dropout=0.0,
+    )
+    return EarlyExitEncoder(enc, num_classes=NUM_CLASSES)
+
+
+def _module(**kwargs) -> UniTGModule:
+    torch.manual_seed(0)
+    args = {"lm_epochs": 2, "lm_batch_size": 16, "encode_batch_size": 16, "lm_lr": 0.01}
+    args.update(kwargs)
+    return UniTGModule(RevGCN(16, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES, lm=_lm(), **args)
+
+
+def _trainer(epochs: int, callbacks=None) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+    )
+
+
+def _val_acc(module: UniTGModule) -> float:
+    """The GNN's validation accuracy on the module's current input, computed here."""
+    graph = module._graph
+    module.model.eval()
+    with torch.no_grad():
+        pred = module.model(module.gnn_input(), graph.edge_index).argmax(dim=-1)
+    module.model.train()
+    return float((pred[graph.val_mask] == graph.y[graph.val_mask]).float().mean())
+
+
+class _Probe(pl.Callback):
+    """Validation accuracy at the end of every epoch, placed before / after ModalitySync."""
+
+    def __init__(self, out: dict[int, list[float]]) -> None:
+        self.out = out
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.out.setdefault(trainer.current_epoch, []).append(_val_acc(pl_module))
+
+
+def _reference_embeddings(module: UniTGModule, dm: TextGraphDataModule) -> torch.Tensor:
+    """Every node's [CLS] state at its exit, from the HF model's own hidden states."""
+    lm = module.lm
+    tokens = dm.tokens()
+    with torch.no_grad():
+        hidden = lm.backbone.eval()(**tokens, output_hidden_states=True).hidden_states
+    exits = torch.tensor(lm.exit_layers)[_reference_groups(module, dm)]
+    return torch.stack([hidden[int(k)][v, 0] for v, k in enumerate(exits)])
+
+
+def _reference_groups(module: UniTGModule, dm: TextGraphDataModule) -> torch.Tensor:
+    """Quartiles of the training nodes' degrees (numpy), applied to every node."""
+    graph = dm.graph()
+    deg = degree(graph.edge_index[1], graph.num_nodes).double().numpy()
+    import numpy as np
+
+    bounds = np.quantile(deg[graph.train_mask.numpy()], [0.25, 0.5, 0.75])
+    return torch.from_numpy((deg[:, None] > bounds[None, :]).sum(1)).long()
+
+
+def test_a_sync_never_lowers_validation_accuracy(tmp_path) -> None:
+    out: dict[int, list[float]] = {}
+    module = _module(lm_share=1.0, sync_ramp_epochs=3)
+    sync = ModalitySync(ladder=(0.2, 0.1), patience=2)
+    _trainer(12, [_Probe(out), sync, _Probe(out)]).fit(module, _datamodule(tmp_path))
+    synced = [epoch for epoch, _, done in sync.history if done]
+    assert synced  # the syncs happened
+    assert [c[0] for c in module.sync_checks] == synced
+    for epoch, before, after, kept in module.sync_checks:
+        measured_before, measured_after = out[epoch]
+        assert measured_before == pytest.approx(before)
+        if kept:
+            assert measured_after >= measured_before
+            assert after == pytest.approx(measured_after)
+        else:  # reverted: the input is the one before the sync
+            assert measured_after == pytest.approx(measured_before)
+    assert module.encoded.any()
+
+
+def test_first_encoded_nodes_enter_with_weight_zero(tmp_path) -> None:
+    module = _module(lm_share=1.0, sync_ramp_epochs=4, sync_check=False)
+    _trainer(1).fit(module, _datamodule(tmp_path))
+    before = module.gnn_input().detach().clone()
+    module.sync_embeddings()  # epoch 0's end: new nodes blend in from epoch 1 at 1/4
+    assert module.encoded.any()
+    torch.testing.assert_close(module.gnn_input().detach(), before)
+
+
+@pytest.mark.parametrize(
+    ("epochs", "share", "per_step"), [(3, 1.0, 1), (4, 0.5, 2), (20, 0.3, 3), (2, 0.1, 2)]
+)
+def test_lm_optimiser_steps_follow_lm_epochs(tmp_path, epochs, share, per_step) -> None:
+    steps: list[int] = []
+
+    class Count(pl.Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            trainer.optimizers[1].register_step_post_hook(lambda *_: steps.append(1))
+
+    dm = _datamodule(tmp_path)
+    module = _module(lm_share=share, lm_batches_per_step=per_step)
+    _trainer(epochs, [Count()]).fit(module, dm)
+    # Reference: one LM epoch = one pass over the training nodes in batches of one degree
+    # group each (ceil(|group| / lm_batch_size) per group), lm_batches_per_step per step.
+    groups = _reference_groups(module, dm)[dm.graph().train_mask]
+    batches = sum(math.ceil(int((groups == g).sum()) / 16) for g in range(4))
+    expected = 2 * math.ceil(batches / per_step)
+    assert len(steps) == expected == module.num_lm_steps == module.lm_steps_done
+    # ...taken within the first ceil(lm_share * J) epochs.
+    assert module.lm_steps_per_epoch == math.ceil(expected / math.ceil(share * epochs))
+
+
+def test_one_grouping_for_fine_tuning_and_encoding(tmp_path) -> None:
+    dm = _datamodule(tmp_path)
+    module = _module(encode_at="exit", lm_share=1.0, encode_batch_size=40)
+    _trainer(2).fit(module, dm)
+    reference = _reference_groups(module, dm)
+    graph = dm.graph()
+    train = graph.train_mask.nonzero().view(-1)
+    deg = degree(graph.edge_index[1], graph.num_nodes)
+    torch.testing.assert_close(reference[train], degree_groups(deg, train))
+    for step in range(module.num_lm_steps):
+        for job in module.lm_jobs(step):
+            assert bool((reference[job.nodes] == job.group).all())
+    torch.testing.assert_close(module._encode_groups, reference)
+    # Every cached embedding, whichever write came last, is at the node's one exit.
+    seen = module.lm_stamp >= 0
+    torch.testing.assert_close(module.lm_cache_exit[seen], reference[seen])
+
+
+def test_store_is_refreshed_by_the_finished_lm(tmp_path) -> None:
+    dm = _datamodule(tmp_path)
+    module = _module(encode_at="exit", lm_share=0.5)
+    _trainer(4).fit(module, dm)
+    assert module.lm_finished and bool(module.encoded.all())
+    torch.testing.assert_close(
+        module.store, _reference_embeddings(module, dm), atol=1e-5, rtol=1e-4
+    )
+
+
+def test_lm_accuracy_is_logged_and_matches_a_reference(tmp_path) -> None:
+    dm = _datamodule(tmp_path)
+    module = _module(lm_share=1.0)
+    trainer = _trainer(2)
+    trainer.fit(module, dm)
+    graph = dm.graph()
+    groups = _reference_groups(module, dm)
+    emb = _reference_embeddings(module, dm)
+    with torch.no_grad():
+        logits = torch.stack([module.lm.heads[int(g)](emb[v]) for v, g in enumerate(groups)])
+    correct = logits.argmax(dim=-1) == graph.y
+    val = float(correct[graph.val_mask].float().mean())
+    test = float(correct[graph.test_mask].float().mean())
+    assert float(trainer.callback_metrics["lm_val_acc"]) == pytest.approx(val)
+    assert float(trainer.callback_metrics["lm_test_acc"]) == pytest.approx(test)
+
+
+def test_texts_longer_than_the_lm_positions_are_refused_in_setup(tmp_path) -> None:
+    module = UniTGModule(RevGCN(16, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES, lm=_lm(16))
+    with pytest.raises(ValueError, match=r"words_per_node=20.*`max_position`.*16"):
+        _trainer(1).fit(module, _datamodule(tmp_path, words=20))
+
+
+def test_early_stopping_waits_for_the_lm_and_the_refresh(tmp_path) -> None:
+    dm = _datamodule(tmp_path)
+    module = _module(encode_at="exit", lm_share=1.0, lm_batches_per_step=1)
+    # min_delta above any possible gain: a plateau from the first check on.
+    stop = CoTrainingEarlyStopping(monitor="val_acc", patience=1, min_delta=2.0)
+    trainer = _trainer(30, [ModalitySync(), stop])
+    trainer.fit(module, dm)
+    assert stop.plateau_epoch is not None and stop.plateau_epoch < 3
+    # One more epoch: all remaining LM steps, the refresh, then the stop.
+    assert trainer.current_epoch == stop.plateau_epoch + 2  # epochs run
+    assert module.lm_steps_done == module.num_lm_steps > module.lm_steps_per_epoch * 3
+    torch.testing.assert_close(
+        module.store, _reference_embeddings(module, dm), atol=1e-5, rtol=1e-4
+    )
+
+
+def test_modality_sync_is_a_no_op_without_an_lm_through_the_cli(tmp_path, caplog) -> None:
+    """docs/unitg.md's "no LM" command, with the recipe's callback list."""
+    from lightgraph.cli import build_cli
+
+    cli = build_cli(
+        args=[
+            "--config",
+            os.path.join(ROOT, "recipes", "unitg_single.yaml"),
+            "--data.init_args.dataset.init_args.graph.init_args.num_nodes=200",
+            "--model.init_args.model.init_args.num_layers=2",
+            "--model.init_args.lm=null",
+            "--trainer.max_epochs=3",
+            "--trainer.logger=false",
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    (sync,) = [c for c in cli.trainer.callbacks if isinstance(c, ModalitySync)]
+    with caplog.at_level("INFO"):
+        cli.trainer.fit(cli.model, cli.datamodule)
+    assert not sync.active and sync.history == []
+    assert "no LM" in caplog.text
+    assert cli.trainer.callback_metrics["val_acc"] > 0
