@@ -81,6 +81,10 @@ class _StageRunner(nn.Module):
     :class:`~lightgraph.nn.SharedDropout` masks per microbatch, so a reversible block's
     recomputation in the backward pass of microbatch ``c`` uses the masks of ``c``'s
     forward pass.
+
+    In a training forward pass of a stage that receives its input from the previous
+    stage (:attr:`input_needs_grad`), the received tensor is made to require grad: the
+    schedule sends that tensor's gradient back to the previous stage.
     """
 
     def __init__(self, stage: nn.Module, edge_indices: list[Tensor]) -> None:
@@ -88,6 +92,9 @@ class _StageRunner(nn.Module):
         self.stage = stage
         self.edge_indices = edge_indices
         self.chunk = 0
+        #: whether the current forward pass must give its input a gradient (set by the
+        #: pipeline stage before every forward pass)
+        self.input_needs_grad = False
         self._dropouts = shared_dropouts(stage)
         self._masks: dict[int, list[Tensor | None]] = {}
 
@@ -108,11 +115,23 @@ class _StageRunner(nn.Module):
         self._masks[chunk] = [drop.mask for drop in self._dropouts]
 
     def forward(self, h: Tensor) -> Tensor:
+        if self.input_needs_grad and not h.requires_grad:
+            # A receive buffer (a leaf) the schedule reads the input gradient from.
+            h.requires_grad_(True)
         return self.stage(h, self.edge_indices[self.chunk]).contiguous()
 
 
 class _ObservedStage(PipelineStage):
-    """A ``PipelineStage`` that selects the microbatch's graph and tells the observer."""
+    """A ``PipelineStage`` that selects the microbatch's graph and tells the observer.
+
+    It also makes a non-first stage's received input require grad in every training
+    forward pass. The training and the evaluation schedule share this stage, and a
+    schedule's first step (re)creates the stage's receive buffers, asking for their
+    gradient only if that schedule runs backward; torch releases that do not set
+    ``requires_grad`` again on every forward pass (2.11 does not) would leave the training
+    schedule, after the evaluation schedule's first step, with inputs that get no
+    gradient -- and stage ``i - 1`` with none to receive.
+    """
 
     def __init__(self, runner: _StageRunner, flow: FlowPipeline, **kwargs: Any) -> None:
         super().__init__(runner, **kwargs)
@@ -120,6 +139,9 @@ class _ObservedStage(PipelineStage):
         self._runner = runner
 
     def forward_one_chunk(self, fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        self._runner.input_needs_grad = (
+            self.has_backward and not self.is_first and torch.is_grad_enabled()
+        )
         self._runner.enter(fwd_chunk_id)
         with self._flow._compute("forward"):
             out = super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)

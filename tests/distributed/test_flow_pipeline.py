@@ -240,6 +240,76 @@ def test_one_process_runs_every_microbatch_through_one_stage(kind, num_microbatc
     _check_against_reference(results, kind, 1, num_microbatches)
 
 
+def _train_after_eval(rank: int, world: int, kind: str, num_microbatches: int) -> dict[str, Any]:
+    """A training step after an evaluation pass that followed a training step (the Trainer's
+    order without a sanity check): the evaluation schedule's first step comes after the
+    training schedule's, on the same pipeline stage."""
+    edge_index, x, y, train_mask = _graph()
+    model, proj = _models(kind)
+    pipe = FlowPipeline()
+    mb = pipe.build(model, edge_index, NODES, num_microbatches=num_microbatches)
+    pipe.step(proj(x) if pipe.is_first else None, y, train_mask)
+    model.eval()
+    pipe.forward_eval(proj(x).detach() if pipe.is_first else None)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    proj.zero_grad(set_to_none=True)
+    # What every forward pass's input is like, and the gradient each input gets back.
+    inputs: list[bool] = []
+    input_grads: list[float] = []
+    handles: list[Any] = []
+
+    def watch(_module: nn.Module, args: tuple[Any, ...]) -> None:
+        h = args[0]
+        inputs.append(h.requires_grad)
+        if h.requires_grad:
+            handles.append(h.register_hook(lambda g: input_grads.append(float(g.abs().sum()))))
+
+    hook = pipe.stage.register_forward_pre_hook(watch)
+    pipe.step(proj(x) if pipe.is_first else None, y, train_mask)
+    hook.remove()
+    for handle in handles:
+        handle.remove()
+    return {
+        "grads": {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+        "proj_grads": {n: p.grad for n, p in proj.named_parameters()} if pipe.is_first else None,
+        "inputs": inputs,
+        "input_grads": input_grads,
+        "order": mb.order,
+        "bounds": mb.bounds,
+    }
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("world,kind,num_microbatches", [(2, "RevGCN", 2), (3, "ResGEN", 3)])
+def test_training_after_evaluation_sends_every_input_gradient(
+    world, kind, num_microbatches
+) -> None:
+    """Every non-first stage's input gets a gradient in a training step that follows an
+    evaluation pass, and every stage's parameters (stage 0's, the input projection's) get
+    the one-process gradient -- not the zeros of a gradient that never reached them."""
+    results = run_distributed(_train_after_eval, world, kind, num_microbatches, timeout=50)
+    first = results[0]
+    ref = _reference(kind, first["order"], first["bounds"])
+    for rank, r in enumerate(results):
+        assert len(r["inputs"]) == num_microbatches, rank
+        if rank == 0:  # the leaf x_pad slices: their gradient flows after the schedule
+            continue
+        assert all(r["inputs"]), (rank, r["inputs"])
+        assert len(r["input_grads"]) == num_microbatches, (rank, r["input_grads"])
+        assert all(g > 0 for g in r["input_grads"]), (rank, r["input_grads"])
+    seen: set[str] = set()
+    for r in results:
+        assert not seen & set(r["grads"])
+        seen |= set(r["grads"])
+        for name, grad in r["grads"].items():
+            torch.testing.assert_close(grad, ref["grads"][name], rtol=1e-9, atol=1e-12, msg=name)
+    assert seen == set(ref["grads"])
+    for name, grad in first["proj_grads"].items():
+        torch.testing.assert_close(grad, ref["proj_grads"][name], rtol=1e-9, atol=1e-12, msg=name)
+
+
 def test_uneven_training_nodes_give_the_global_mean() -> None:
     """The loss is the sum over microbatches divided by the global count, not a mean of means."""
     edge_index, x, y, train_mask = _graph()
