@@ -141,7 +141,34 @@ E2E_RUNS: dict[str, tuple[str, list[str], int]] = {
     ),
     # The Lazy Tuner with the baseline's 3 LM epochs, collaborative (the recipe uses 6).
     "unitg_single_lazy3": ("unitg_single.yaml", ["--model.init_args.lm_epochs=3"], 1),
+    # Early stopping on a plateau of val_acc (patience ES_PATIENCE): UniTG through
+    # CoTrainingEarlyStopping (the LM's remaining steps run first), the sequential baseline
+    # through Lightning's EarlyStopping (its LM is done after epoch 0).
+    "lm_then_gnn_es": ("lm_then_gnn.yaml", ["ES"], 1),
+    "unitg_single_es": ("unitg_single.yaml", ["CO_ES"], 1),
+    "unitg_p2_bubble_es": ("unitg.yaml", ["CO_ES"], 2),
 }
+ES_PATIENCE = 10
+_EARLY_STOPPING = {
+    "ES": "lightning.pytorch.callbacks.EarlyStopping",
+    "CO_ES": "lightgraph.callbacks.CoTrainingEarlyStopping",
+}
+
+
+def _expand_overrides(overrides: list[str]) -> list[str]:
+    """``"ES"`` / ``"CO_ES"`` in a run's overrides: append that early-stopping callback."""
+    out: list[str] = []
+    for item in overrides:
+        if item in _EARLY_STOPPING:
+            out += [
+                f"--trainer.callbacks+={_EARLY_STOPPING[item]}",
+                "--trainer.callbacks.monitor=val_acc",
+                "--trainer.callbacks.mode=max",
+                f"--trainer.callbacks.patience={ES_PATIENCE}",
+            ]
+        else:
+            out.append(item)
+    return out
 # name -> (lazy_tuner, lm_epochs); all on recipes/lm_then_gnn.yaml (sequential schedule)
 LAZY_RUNS: dict[str, tuple[bool, int]] = {
     "full_3": (False, 3),
@@ -354,7 +381,8 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
             f"--model.init_args.lazy_tuner={str(lazy).lower()}",
             f"--model.init_args.lm_epochs={lm_epochs}",
         ]
-    overrides = [*overrides, *seed_overrides, *_setting_overrides(args, args.setting)]
+    overrides = [*_expand_overrides(overrides), *seed_overrides]
+    overrides += _setting_overrides(args, args.setting)
     if args.accelerator and procs == 1:
         overrides.append(f"--trainer.accelerator={args.accelerator}")
     if procs > 1:
