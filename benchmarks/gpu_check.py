@@ -313,8 +313,8 @@ def run_tests(cpu: bool, timeout: float, workdir: str, extra: list[str] = ()) ->
                 failures.append({"test": name, "message": message[0][:400] if message else ""})
             elif skipped is not None:
                 counts["skipped"] += 1
-                failures_reason = (skipped.get("message") or "")[:200]
-                result.setdefault("skip_reasons", {})[name] = failures_reason
+                reason = (skipped.get("message") or "")[:200]
+                result.setdefault("skip_reasons", {})[name] = reason
             else:
                 counts["passed"] += 1
     result.update(counts)
@@ -503,9 +503,8 @@ def write(report: dict[str, Any], out_dir: str) -> None:
     for r in slim.get("recipes") or []:
         if "log" in r:
             logs.append(f"===== recipe {r['recipe']} ({r['mode']})\n{r.pop('log')}\n")
-    for key in ("tests",):
-        if slim.get(key) and "log" in slim[key]:
-            logs.append(f"===== {key}\n{slim[key].pop('log')}\n")
+    if slim.get("tests") and "log" in slim["tests"]:
+        logs.append(f"===== tests\n{slim['tests'].pop('log')}\n")
     with open(os.path.join(out_dir, "gpu_check.json"), "w") as f:
         json.dump(slim, f, indent=1)
     with open(os.path.join(out_dir, "gpu_check.md"), "w") as f:

@@ -760,9 +760,16 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self.encoded_fraction = float(self.encoded.float().mean())
         return self.encoded_fraction
 
-    @torch.no_grad()
     def _gnn_val_accuracy(self) -> float:
         """The GNN's validation accuracy on the current store (eval mode, no randomness)."""
+        stats = self._gnn_eval_stats()
+        return float(stats[0] / stats[1].clamp_min(1.0))
+
+    @torch.no_grad()
+    def _gnn_eval_stats(self) -> Tensor:
+        """``[correct_val, n_val, correct_test, n_test, val_loss_sum]`` of the GNN on its
+        current input, in eval mode (float64 on the module's device, summed over the
+        pipeline's stages: only the last one has logits)."""
         graph = self._graph
         assert graph is not None
         was_training = self.model.training
@@ -773,15 +780,23 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         else:
             logits = pipe.forward_eval(self.gnn_input() if pipe.is_first else None)
         self.model.train(was_training)
-        stats = torch.zeros(2, dtype=torch.float64, device=self.device)  # all-reduced below
-        if logits is not None:
-            val = graph.val_mask
-            stats[0] = float((logits[val].argmax(dim=-1) == graph.y[val]).sum())
-            stats[1] = float(val.sum())
+        if logits is None:
+            stats = torch.zeros(5, dtype=torch.float64, device=self.device)
+        else:
+            pred = logits.argmax(dim=-1)
+            val, test = graph.val_mask, graph.test_mask
+            parts = [
+                (pred[val] == graph.y[val]).sum(),
+                val.sum(),
+                (pred[test] == graph.y[test]).sum(),
+                test.sum(),
+                F.cross_entropy(logits[val], graph.y[val], reduction="sum"),
+            ]
+            stats = torch.stack([t.to(torch.float64) for t in parts])
         _, world = self._rank_world()
         if world > 1 and pipe is not None:
-            dist.all_reduce(stats)
-        return float(stats[0] / stats[1].clamp_min(1.0))
+            dist.all_reduce(stats)  # on the compute device
+        return stats
 
     @torch.no_grad()
     def _copy_cache(self) -> None:
@@ -1010,27 +1025,8 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     @torch.no_grad()
     def _evaluate(self, stage: str) -> None:
         self._follow_device()
-        graph = self._graph
-        assert graph is not None
-        self.model.eval()
-        pipe = self.parallel_context.flow_pipeline
-        if pipe is None:
-            logits: Tensor | None = self.model(self.gnn_input(), graph.edge_index)
-        else:
-            logits = pipe.forward_eval(self.gnn_input() if pipe.is_first else None)
-        stats = torch.zeros(5, dtype=torch.float64, device=self.device)  # all-reduced below
-        if logits is not None:
-            pred = logits.argmax(dim=-1)
-            val, test = graph.val_mask, graph.test_mask
-            stats[0] = float((pred[val] == graph.y[val]).sum())
-            stats[1] = float(val.sum())
-            stats[2] = float((pred[test] == graph.y[test]).sum())
-            stats[3] = float(test.sum())
-            stats[4] = float(F.cross_entropy(logits[val], graph.y[val], reduction="sum"))
+        correct_val, n_val, correct_test, n_test, loss_val = self._gnn_eval_stats().tolist()
         _, world = self._rank_world()
-        if world > 1 and pipe is not None:
-            dist.all_reduce(stats)
-        correct_val, n_val, correct_test, n_test, loss_val = stats.tolist()
         sync = {"batch_size": 1, "reduce_fx": "max", "sync_dist": world > 1}
         if self.lm is not None:
             lm_val, lm_test = self.lm_accuracy()
