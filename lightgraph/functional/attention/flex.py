@@ -55,6 +55,14 @@ _COMPILED: dict[str, Any] = {}
 #: padded with zero columns (which change no score).
 CUDA_MIN_HEAD_DIM = 16
 
+#: FlexAttention block (query and key) for a CUDA call in float16/bfloat16 that needs
+#: gradients, when ``block_size`` is not given: Inductor's backward kernels for half
+#: precision come in tiles of up to 128 (on an H200, torch 2.11: 64 x 64 for head
+#: dimensions below 64, 64 x 128 up to 128), and a block mask whose blocks they do not
+#: divide leaves Inductor no kernel to choose ("NoValidChoicesError"). float32's backward
+#: takes 16 x 16 tiles, so one block per layout tile works there.
+CUDA_HALF_BACKWARD_BLOCK = 128
+
 
 def flex_available(device: torch.device | str = "cpu") -> bool:
     """Whether :func:`cluster_flex_attention` can run on ``device``: FlexAttention imports,
@@ -247,7 +255,10 @@ def cluster_flex_attention(
         layout: the cluster-sparse layout of the sequence (same device as ``q``).
         bias_table: ``[num_buckets, H]`` per-head bias looked up with the layout's buckets.
         block_size: FlexAttention block (``int`` or ``(query, key)``) over the segment
-            order; ``None``: the layout's ``block_size`` (one block per tile).
+            order; ``None``: the layout's ``block_size`` (one block per tile), except on
+            CUDA in float16/bfloat16 with gradients, where it is the least common multiple
+            of that and :data:`CUDA_HALF_BACKWARD_BLOCK` (Inductor's half-precision
+            backward has no smaller kernel tiles).
 
     Shapes:
         - **input:** q, k ``[S, H, D]``, v ``[S, H, D_v]``
@@ -255,6 +266,11 @@ def cluster_flex_attention(
     """
     if block_size is None:
         block_size = layout.block_size
+        needs_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (q, k, v, bias_table)
+        )
+        if q.is_cuda and needs_grad and q.dtype in (torch.float16, torch.bfloat16):
+            block_size = math.lcm(layout.block_size, CUDA_HALF_BACKWARD_BLOCK)
     if isinstance(block_size, int):
         block_size = (block_size, block_size)
     st = _structures(layout, tuple(block_size))

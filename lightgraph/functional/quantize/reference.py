@@ -126,6 +126,17 @@ def _round_down_f32(v: Tensor) -> Tensor:
     return torch.where(f.double() > v, torch.nextafter(f, torch.full_like(f, -float("inf"))), f)
 
 
+def _div_int(a: Tensor, k: int) -> Tensor:
+    """``a / k``, correctly rounded on every device.
+
+    CUDA divides a tensor by a Python number as ``a * (1 / k)``: two roundings, which
+    for ``k = 15`` put ``570 * 2^-14 / 15`` one float32 ulp above ``38 * 2^-14`` and
+    the bfloat16 scale one step higher than the CPU's (found by the GPU check). A
+    tensor divisor takes the correctly rounded division everywhere.
+    """
+    return a / torch.full_like(a, k)
+
+
 def _two_diff(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """Error-free difference: ``a - b = hi + err`` exactly, ``hi = fl(a - b)`` (Knuth's
     TwoSum of ``a`` and ``-b``), valid when ``hi`` is finite.
@@ -161,7 +172,7 @@ def _scale_search(fn: str, mn: Tensor, mx: Tensor, zero_c: Tensor, bits: int) ->
             f"{fn}: expected every row range max - min of `x` to be finite in {ct} but row {i} "
             f"spans [{float(mn[i]):.6g}, {float(mx[i]):.6g}]."
         )
-    scale = _to_param(d_hi.abs() / qmax, float("inf"))
+    scale = _to_param(_div_int(d_hi.abs(), qmax), float("inf"))
     for _ in range(_MAX_SCALE_BUMPS):
         scale_c = scale.to(ct)
         span = scale_c * qmax  # exact: 8-bit mantissa times an integer < 2^8
@@ -225,7 +236,7 @@ def _row_params(fn: str, x: Tensor, bits: int) -> tuple[Tensor, Tensor]:
     d16, e16 = _two_diff(mx, z16_c)
     sc = scale.to(ct)
     span = sc * qmax
-    start16 = _to_param(d16.abs() / qmax, float("inf"))
+    start16 = _to_param(_div_int(d16.abs(), qmax), float("inf"))
     ordinary = (
         torch.isfinite(d16)
         & (start16.float() <= scale.float())

@@ -112,3 +112,20 @@ def test_flex_limits() -> None:
             cluster_sparse_attention(
                 q.double(), k.double(), v.double(), layout, implementation="flex"
             )
+
+
+@pytest.mark.parametrize("block", [64, 128])
+def test_flex_blocks_spanning_several_tiles(block) -> None:
+    """Blocks larger than a tile (what a half-precision CUDA backward uses), with the 192
+    places not a multiple of the block: the block mask still covers exactly the pairs."""
+    from lightgraph.functional.attention.flex import cluster_flex_attention
+
+    ei = global_pattern(S, 400, seed=2)
+    bucket = torch.randint(0, 5, (ei.shape[1],), generator=torch.Generator().manual_seed(0))
+    layout = ClusterSparseLayout(ei, S, 3, 16, 0.05, bucket, far_bucket=5, hub_min_tiles=4)
+    table = torch.randn(6, H)
+    q, k, v = inputs(1)
+    with torch.no_grad():
+        out = cluster_flex_attention(q, k, v, layout, table, block_size=block)
+    torch.testing.assert_close(out, dense_reference(q, k, v, layout, table), rtol=1e-5, atol=1e-5)
+    assert (block, block) in layout._flex
