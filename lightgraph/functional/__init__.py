@@ -1,6 +1,7 @@
-"""Pure functions and autograd functions: halo exchange, sequence parallelism, quantisation, byte accounting."""
+"""Pure functions and autograd functions: halo exchange, sequence parallelism, quantisation, dropout, byte accounting."""
 
 from lightgraph.functional.exchange_stats import ExchangeStats
+from lightgraph.functional.fast_dropout import dropout
 from lightgraph.functional.halo_exchange import (
     TRANSPORTS,
     PendingExchange,
@@ -44,6 +45,7 @@ __all__ = [
     "SyncIntervalSchedule",
     "counter_noise",
     "dequantize",
+    "dropout",
     "exchange_rows",
     "halo_exchange",
     "message_nbytes",

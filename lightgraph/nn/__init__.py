@@ -1,5 +1,6 @@
 """Partition-aware graph neural network layers and models."""
 
+from lightgraph.functional.fast_dropout import Dropout
 from lightgraph.nn.aggregation_order import get_order, profile_layer_orders, set_order
 from lightgraph.nn.attention import AttentionGraph, MultiheadGraphAttention, attend
 from lightgraph.nn.conv.gcn_propagation import GCNPropagation
@@ -36,6 +37,7 @@ from lightgraph.nn.norm.sequence_batch_norm import SequenceBatchNorm
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 
 __all__ = [
+    "Dropout",
     "AttentionGraph",
     "GT",
     "Graphormer",

@@ -43,7 +43,11 @@ Outputs and gradients equal PyG's trimmed (and untrimmed) forward for the rows k
 to rounding, with two exceptions that depend on which rows a layer computes (as with
 DGL's blocks): batch statistics (``BatchNorm`` and PyG's graph-mode norms in training
 mode) are taken over the destination rows only, and dropout draws its masks for fewer
-rows (same distribution, different random numbers).
+rows (same distribution, different random numbers). A model's ``nn.Dropout`` (PyG's
+``BasicGNN``) or float ``dropout`` runs as :func:`lightgraph.functional.dropout`, whose
+one-pass CPU mask replaced the per-element ``bernoulli_`` that had been 31 % of a
+sampled-training epoch (same distribution; the drop probability rounded to a multiple of
+``2^-21``); other dropout modules run as they are.
 
 The function also splices historical embeddings (GNNAutoScale style, see
 :mod:`lightgraph.nn.history`) into the halo rows of every hidden layer, the one layer
@@ -59,11 +63,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv import GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
+from lightgraph.functional.fast_dropout import dropout as fast_dropout
 from lightgraph.nn.aggregation_order import (
     AGGREGATE_FIRST,
     LayerOrderProfile,
@@ -493,10 +497,12 @@ def destination_forward(
                     )
                 x = x.index_copy(0, index, values)
                 hidden.append(x)
-            if isinstance(dropout, nn.Module):
+            if type(dropout) is nn.Dropout:  # PyG's BasicGNN: the one-pass CPU mask
+                x = fast_dropout(x, dropout.p, dropout.training)
+            elif isinstance(dropout, nn.Module):
                 x = dropout(x)
             elif isinstance(dropout, float) and dropout > 0:
-                x = F.dropout(x, p=dropout, training=model.training)
+                x = fast_dropout(x, dropout, model.training)
     lin = getattr(model, "lin", None)
     if lin is not None:
         x = lin(x)

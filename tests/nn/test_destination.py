@@ -180,6 +180,41 @@ def test_training_mode_without_norm_or_dropout_equals_trimmed():
         torch.testing.assert_close(grads[name], ref_grads[name], msg=name)
 
 
+def test_training_mode_with_dropout_equals_square_layers_with_the_same_masks():
+    """Dropout in training mode: destination_forward draws the one-pass CPU masks
+    (``lightgraph.functional.dropout``) over each layer's destination rows. Reference: the
+    convs' own square forward over the first S_l rows and E_l edges, cut to the D_l
+    destination rows, then the same dropout with the same seed."""
+    from lightgraph.functional import dropout
+
+    x, edge_index = _graph()
+    model = _model(GraphSAGE, dropout=0.5).train()
+    nodes, local, nph, eph = _full_sample(edge_index, SEEDS, L)
+    weight = torch.randn(len(SEEDS), 3, generator=torch.Generator().manual_seed(1)).double()
+
+    def reference(xi):
+        h = xi
+        for i, conv in enumerate(model.convs):
+            sources, dests, edges = sum(nph[: L - i + 1]), sum(nph[: L - i]), sum(eph[: L - i])
+            h = conv(h[:sources], local[:, :edges])[:dests]
+            if i < L - 1:
+                h = dropout(model.act(h), 0.5, True)
+        return h[: len(SEEDS)]
+
+    torch.manual_seed(5)
+    out, grads, x_grad = _run(
+        lambda xi: destination_forward(model, xi, local, nph, eph)[0], model, x[nodes], weight
+    )
+    torch.manual_seed(5)
+    ref, ref_grads, ref_x_grad = _run(reference, model, x[nodes], weight)
+    torch.testing.assert_close(out, ref)
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], msg=name)
+    torch.testing.assert_close(x_grad, ref_x_grad)
+    torch.manual_seed(6)  # another draw: another mask
+    assert not torch.allclose(destination_forward(model, x[nodes], local, nph, eph)[0], out)
+
+
 def _count_rows(model):
     """Rows each layer's conv outputs and rows its message passing aggregates into."""
     conv_rows: list[int] = []
