@@ -86,7 +86,7 @@ def recipe_args(name: str, args: argparse.Namespace, cache: str) -> list[str]:
     out = ["--config", os.path.join(ROOT, "recipes", recipe)]
     if compiled:
         out += ["--config", os.path.join(ROOT, "callbacks", "graph_compile.yaml")]
-    out += overrides(args, cache) + extra
+    out += overrides(args, cache) + extra + [f"--seed_everything={getattr(args, 'seed', 0)}"]
     if recipe == "joestar.yaml":
         out.append(f"--data.init_args.ratio={args.lbs_ratio}")
     if recipe == "joestar_pbs.yaml":
@@ -340,7 +340,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     int(dm.batch_size),
                     float(pl_module.hparams.lr),
                     float(pl_module.hparams.weight_decay),
-                    seed=0,
+                    seed=args.seed,
                 )
                 self.max_logit_diff = self.baseline.check_same_logits(pl_module.model)
                 if not self.max_logit_diff < 1e-4:
@@ -483,6 +483,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-parts", type=int, default=128)
     p.add_argument("--parts-per-batch", type=int, default=16)
     p.add_argument("--epochs", type=int, default=5)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed_everything of every run and the DGL baseline's seed (the graph stays seed 0's)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of every run")
     p.add_argument(
         "--no-dgl",
@@ -536,6 +542,7 @@ def main(argv: list[str] | None = None) -> None:
                 "parts_per_batch",
                 "epochs",
                 "threads",
+                "seed",
             )
         },
         "machine": f"{os.cpu_count()} CPU cores, torch CPU",
@@ -585,6 +592,8 @@ def main(argv: list[str] | None = None) -> None:
             str(args.epochs),
             "--threads",
             str(args.threads),
+            "--seed",
+            str(args.seed),
         ] + ([] if args.dgl else ["--no-dgl"])
         tic = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
