@@ -7,9 +7,9 @@ keeps only per-node arrays (``O(N)``) between chunks.
 
 * :func:`validate_on_disk_graph` -- the :func:`~lightgraph.data.graph_dataset.
   validate_graph` checks, in chunks;
-* :func:`count_keys` and :func:`scatter_by_key` -- the two passes of a counting sort
-  (count the keys of every chunk; then write every chunk's values at their keys'
-  cursors, stably, into a memory-mapped output);
+* :func:`count_keys` (:func:`add_key_counts`) and :func:`scatter_by_key` -- the two
+  passes of a counting sort (count the keys of every chunk; then write every chunk's
+  values at their keys' cursors, stably, into a memory-mapped output);
 * :func:`on_disk_csc` -- the CSC of an on-disk ``edge_index`` (a distribution sort into
   spill files by target windows, each window sorted in memory), written to ``.npy``
   files, equal to :func:`~lightgraph.functional.neighbor_sampling.to_csc`'s.
@@ -33,6 +33,7 @@ from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
 __all__ = [
     "CSC_INDICES_NAME",
     "CSC_INDPTR_NAME",
+    "add_key_counts",
     "count_keys",
     "edge_chunks",
     "on_disk_csc",
@@ -66,6 +67,18 @@ def count_keys(keys: np.ndarray, size: int) -> np.ndarray:
     uniq, counts = np.unique(keys, return_counts=True)
     out[uniq] = counts
     return out
+
+
+def add_key_counts(counts: np.ndarray, keys: np.ndarray) -> None:
+    """``counts += bincount(keys, minlength=len(counts))`` in place, in ``O(m log m)`` for
+    ``m = keys.size`` when ``keys`` is much shorter than ``counts``: a pass that counts
+    chunk by chunk then costs no ``O(N)`` per chunk (``counts`` may be a view)."""
+    size = counts.shape[0]
+    if size <= 4 * max(keys.size, 1) or size <= 1 << 16:
+        counts += np.bincount(keys, minlength=size)
+        return
+    uniq, found = np.unique(keys, return_counts=True)
+    counts[uniq] += found
 
 
 def scatter_by_key(
@@ -295,7 +308,7 @@ def on_disk_csc(
     indptr = np.zeros(n + 1, dtype=np.int64)
     for lo, src, dst in edge_chunks(edge_index, chunk):
         _check_ids(owner, lo, src, dst, n)
-        indptr[1:] += count_keys(dst, n)
+        add_key_counts(indptr[1:], dst)
     np.cumsum(indptr, out=indptr)
     indptr_path = os.path.join(directory, CSC_INDPTR_NAME)
     np.save(indptr_path, indptr, allow_pickle=False)

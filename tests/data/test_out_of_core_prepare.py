@@ -23,13 +23,14 @@ from lightgraph.data import (
     build_store,
 )
 from lightgraph.data.on_disk import OnDiskGraph
-from lightgraph.data.out_of_core import on_disk_csc, validate_on_disk_graph
+from lightgraph.data.out_of_core import add_key_counts, on_disk_csc, validate_on_disk_graph
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.models import MiniBatchNodeClassifier
 from lightgraph.utilities.memory import (
     cgroup_memory_limit,
     check_memory_budget,
     default_memory_budget,
+    resident_memory,
     rows_per_chunk,
 )
 
@@ -74,6 +75,31 @@ def test_the_budget_leaves_out_what_the_process_already_holds(tmp_path):
     with open(os.path.join(root, "proc/self/status"), "w") as f:
         f.write(f"Name: python\nVmRSS:\t{700 * MIB // KIB} kB\n")
     assert default_memory_budget(root) == (GIB - 700 * MIB) // 2
+
+
+def test_mapped_file_pages_do_not_count_against_the_budget(tmp_path):
+    """A pass over a memory-mapped graph makes its file pages resident (RssFile): they are
+    page cache the limit reclaims, so only anonymous and shared memory is left out. With
+    VmRSS a 1 GiB limit had left the minimum budget of 1 MiB."""
+    root = _fake_root(tmp_path, "0::/job\n", {"sys/fs/cgroup/job/memory.max": str(GIB)})
+    with open(os.path.join(root, "proc/self/status"), "w") as f:
+        f.write(
+            f"Name: python\nVmRSS:\t{1100 * MIB // KIB} kB\nRssAnon:\t{500 * MIB // KIB} kB\n"
+            f"RssFile:\t{580 * MIB // KIB} kB\nRssShmem:\t{20 * MIB // KIB} kB\n"
+        )
+    assert resident_memory(root) == 520 * MIB
+    assert default_memory_budget(root) == (GIB - 520 * MIB) // 2
+
+
+@pytest.mark.parametrize("num_keys,size", [(50, 1 << 20), (5000, 300), (0, 1 << 20)])
+def test_add_key_counts_is_a_bincount_into_a_view(num_keys, size):
+    gen = np.random.default_rng(num_keys)
+    keys = gen.integers(0, size, num_keys)
+    base = gen.integers(0, 9, size + 1)
+    expected = base.copy()
+    expected[1:] += np.bincount(keys, minlength=size)
+    add_key_counts(base[1:], keys)  # a view, as the CSC's indptr[1:]
+    np.testing.assert_array_equal(base, expected)
 
 
 def test_cgroup_v1_limit_inside_a_container_and_hybrid_mounts(tmp_path):

@@ -40,6 +40,7 @@ from lightgraph.data.graph_dataset import (
 )
 from lightgraph.data.on_disk import OnDiskGraph
 from lightgraph.data.out_of_core import (
+    add_key_counts,
     count_keys,
     edge_chunks,
     scatter_by_key,
@@ -386,7 +387,7 @@ def write_partition_store(
         cnt_pp += count_keys(part_np[src[pp]] * k + part_np[dst[pp]], k * k)
         cnt_hp += count_keys(hub_key, 2 * k)
         num_hh += int(hh.sum())
-        indptr[1:] += count_keys(store_of[dst], n)
+        add_key_counts(indptr[1:], store_of[dst])
     np.cumsum(indptr, out=indptr)
     edge_ptr = np.zeros(k * k + 1, dtype=np.int64)
     np.cumsum(cnt_pp, out=edge_ptr[1:])
