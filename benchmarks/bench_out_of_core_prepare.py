@@ -72,7 +72,8 @@ def worker_write(args: argparse.Namespace) -> dict[str, Any]:
     classes, community = args.classes, args.community
     rng = np.random.default_rng(args.seed)
     centers = rng.standard_normal((classes, args.features)).astype(np.float32)
-    block = 1 << 16  # rows per feature block: a few MB of temporaries
+    # rows per feature block: at most 4M elements (16 MB of float32 temporaries each)
+    block = max(1024, min(1 << 16, (1 << 22) // args.features))
     with NpyGraphWriter(
         args.root,
         num_nodes=n,
@@ -92,8 +93,8 @@ def worker_write(args: argparse.Namespace) -> dict[str, Any]:
             writer.write_labels(lo, label.astype(np.int64))
             u = rng.random(hi - lo)
             writer.write_masks(lo, u < args.train_ratio, (u >= 0.9) & (u < 0.91), u >= 0.99)
-        for lo in range(0, e, 16 * block):
-            hi = min(e, lo + 16 * block)
+        for lo in range(0, e, 1 << 20):
+            hi = min(e, lo + (1 << 20))
             dst = rng.integers(0, n, hi - lo)
             local = rng.random(hi - lo) < args.homophily
             base = dst - dst % community
