@@ -87,7 +87,7 @@ from lightgraph.utilities.checks import (
     check_type,
     describe,
 )
-from lightgraph.utilities.memory import check_memory_budget
+from lightgraph.utilities.memory import advise_random, check_memory_budget
 
 __all__ = ["GAP_GAMMA", "gap_partition", "gap_partition_on_disk"]
 
@@ -497,6 +497,7 @@ def gap_partition_on_disk(
         renamed = open_memmap(
             os.path.join(work, "renamed.npy"), "w+", adjacency.dtype, (max(nnz, 1),)
         )
+        advise_random(adjacency)  # node lists read in stream order: no read-ahead windows
         indptr, indices = _relabel(indptr, adjacency[:nnz], order, rank, renamed)
         del rank, adjacency
         os.remove(os.path.join(work, "adjacency.npy"))
