@@ -18,17 +18,14 @@ chunks whose working set is sized by a ``memory_budget`` in bytes.
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterator
-from typing import Any
 
 from lightgraph.utilities.checks import check_int
 
 __all__ = [
     "CGROUP_FRACTION",
     "RAM_FRACTION",
-    "advise_random",
     "cgroup_memory_limit",
     "check_memory_budget",
     "default_memory_budget",
@@ -203,27 +200,3 @@ def rows_per_chunk(
     if cap is not None:
         rows = min(rows, check_int(owner, "cap", cap))
     return rows
-
-
-def advise_random(array: Any) -> bool:
-    """Tell the kernel that a memory-mapped array (``numpy.memmap``, or a view of one) is
-    about to be read at random: ``madvise(MADV_RANDOM)``, so a page fault reads the page
-    and not a read-ahead window (8 MiB on the development machine's disk).
-
-    Without it, a pass that reads short runs all over a file larger than the memory limit
-    re-reads whole windows: GAP's relabelling of an 84M-edge adjacency under a 1 GiB
-    cgroup read 504 GB from the disk in six minutes. Returns whether the advice was given
-    (no mapping, or a platform without ``madvise``: ``False``, nothing changes).
-    """
-    base = array
-    while base is not None and getattr(base, "_mmap", None) is None:
-        base = getattr(base, "base", None)
-    mapping = getattr(base, "_mmap", None) if base is not None else None
-    advice = getattr(mmap, "MADV_RANDOM", None)
-    if mapping is None or advice is None or not hasattr(mapping, "madvise"):
-        return False
-    try:
-        mapping.madvise(advice)
-    except (OSError, ValueError):
-        return False
-    return True

@@ -172,3 +172,27 @@ def test_bad_arguments_name_them(tmp_path) -> None:
     for method in ("gap", "random"):
         with pytest.raises(ValueError, match="node ids in `edge_index` to lie in \\[0, 2999\\]"):
             partition_on_disk(bad, 4, method)
+
+
+@pytest.mark.parametrize("window_slots", [1, 7, 50, 10_000])
+def test_windowed_relabel_equals_the_in_memory_relabel(window_slots):
+    """The on-disk renaming, built window by window from sequential scans, equals the
+    in-memory one (windows smaller than one node's list hold that list alone)."""
+    from lightgraph.data import gap
+
+    gap._compile_kernels("test")
+    gen = np.random.default_rng(window_slots)
+    n = 60
+    degree = gen.integers(0, 9, n)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    indices = gen.integers(0, n, int(indptr[-1])).astype(np.int32)
+    order = gen.permutation(n)
+    want_indptr, want = gap._relabel(
+        indptr, indices, order, np.empty(n, np.int32), np.empty_like(indices)
+    )
+    got_indptr, got = gap._relabel_on_disk(
+        indptr, indices, order, np.empty(n, np.int32), np.empty_like(indices), window_slots
+    )
+    np.testing.assert_array_equal(got_indptr, want_indptr)
+    np.testing.assert_array_equal(got, want)

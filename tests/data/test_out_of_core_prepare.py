@@ -480,29 +480,3 @@ def test_writer_and_csc_memory_is_bounded_by_nodes_and_budget(tmp_path, monkeypa
         finally:
             tracemalloc.stop()
     assert peaks[0] < bound < peaks[1], (peaks, bound)
-
-
-def test_advise_random_reaches_the_mapping_of_a_memmap_and_its_views(tmp_path, monkeypatch):
-    import mmap
-
-    from lightgraph.utilities.memory import advise_random
-
-    arr = open_memmap(str(tmp_path / "a.npy"), mode="w+", dtype=np.int32, shape=(1 << 16,))
-    calls = []
-    real = type(arr._mmap).madvise
-
-    class Spy:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def madvise(self, advice, *args):
-            calls.append(advice)
-            return real(self.inner, advice, *args)
-
-    monkeypatch.setattr(arr, "_mmap", Spy(arr._mmap))
-    assert advise_random(arr[10:100]) is True  # a view: the base's mapping
-    assert calls == [mmap.MADV_RANDOM]
-    assert advise_random(np.zeros(4)) is False  # not a mapping: nothing to advise
-    arr[5] = 7  # the mapping still reads and writes after the advice
-    arr.flush()
-    assert int(np.load(str(tmp_path / "a.npy"), mmap_mode="r")[5]) == 7
