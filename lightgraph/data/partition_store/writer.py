@@ -165,6 +165,23 @@ def _save_npy(writer: CacheWriter, name: str, array: np.ndarray) -> None:
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
+def _scatter_node_rows(
+    data: OnDiskGraph, store_of: np.ndarray, rows: int, y_dtype: np.dtype, out: dict
+) -> None:
+    """Node rows of an on-disk graph, read sequentially ``rows`` at a time, written to
+    their store rows (``store_of``; ascending within each chunk)."""
+    n = store_of.shape[0]
+    for lo in range(0, n, rows):
+        hi = min(n, lo + rows)
+        dest = store_of[lo:hi].astype(np.int64)
+        order = np.argsort(dest, kind="stable")
+        dest = dest[order]
+        out[X_FILE][dest] = np.asarray(data.x[lo:hi]).astype(np.float32, copy=False)[order]
+        out[Y_FILE][dest] = np.asarray(data.y[lo:hi]).astype(y_dtype, copy=False)[order]
+        masks = np.stack([np.asarray(getattr(data, m)[lo:hi]) for m in MASK_NAMES], 1)
+        out[MASKS_FILE][dest] = masks[order]
+
+
 class _Graph:
     """What the build reads of its input, the same way for a ``Data`` in memory and for
     an :class:`~lightgraph.data.on_disk.OnDiskGraph`: node rows in a given order and chunks
@@ -361,10 +378,18 @@ def write_partition_store(
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
             ids = node_ids[lo:hi]
+            if graph.on_disk:
+                # The graph's rows are read in id order and scattered to their store rows
+                # below: gathering them in store order reads rows all over the file, and a
+                # memory-mapped file answers each such read with a whole read-ahead window.
+                out[NODE_IDS_FILE][lo:hi] = ids
+                continue
             out[X_FILE][lo:hi] = graph.x(ids)
             out[Y_FILE][lo:hi] = graph.y(ids)
             out[MASKS_FILE][lo:hi] = graph.masks(ids)
             out[NODE_IDS_FILE][lo:hi] = ids
+        if graph.on_disk:
+            _scatter_node_rows(graph.data, store_of, rows, y_dtype, out)
         _flush(out)
 
     # ---- edges: pass 1 counts buckets and in-degrees
