@@ -332,6 +332,29 @@ def test_a_small_memory_budget_gives_the_same_store(tmp_path):
     assert stores[64 * KIB] == stores[GIB]
 
 
+def test_node_rows_distributed_over_many_windows_give_the_same_store(tmp_path, monkeypatch):
+    """The on-disk node rows go through spill files, one per window of store rows: with
+    several windows and chunks of a few rows the store equals the in-memory one byte for
+    byte."""
+    from lightgraph.data.partition_store import writer
+
+    on_disk, data = _write_graph(tmp_path / "graph")
+    calls = []
+    real = writer._distribute_node_rows
+
+    def spy(data_, store_of, rows, y_dtype, out, spill_dir):
+        calls.append((rows, -(-store_of.shape[0] // max(rows, -(-store_of.shape[0] // 7)))))
+        return real(data_, store_of, rows, y_dtype, out, spill_dir)
+
+    monkeypatch.setattr(writer, "_ROW_WINDOWS", 7)
+    monkeypatch.setattr(writer, "_distribute_node_rows", spy)
+    kw = {"num_parts": 8, "hub_fraction": 0.05, "memory_budget": 64 * KIB}
+    disk = build_store(on_disk, cache_dir=str(tmp_path / "disk"), **kw)
+    memory = build_store(data, cache_dir=str(tmp_path / "memory"), **kw)
+    assert len(calls) == 1 and calls[0][1] == 3  # three windows of 228 store rows (600 nodes)
+    assert _store_files(disk.directory) == _store_files(memory.directory)
+
+
 def test_bad_arrays_on_disk_are_named(tmp_path):
     on_disk, _ = _write_graph(tmp_path / "graph", num_nodes=200)
     graph = on_disk.on_disk()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -165,21 +166,72 @@ def _save_npy(writer: CacheWriter, name: str, array: np.ndarray) -> None:
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def _scatter_node_rows(
-    data: OnDiskGraph, store_of: np.ndarray, rows: int, y_dtype: np.dtype, out: dict
+#: Store-row windows (spill files open at once) of :func:`_distribute_node_rows`.
+_ROW_WINDOWS = 256
+
+
+def _distribute_node_rows(
+    data: OnDiskGraph,
+    store_of: np.ndarray,
+    rows: int,
+    y_dtype: np.dtype,
+    out: dict,
+    spill_dir: str,
 ) -> None:
-    """Node rows of an on-disk graph, read sequentially ``rows`` at a time, written to
-    their store rows (``store_of``; ascending within each chunk)."""
+    """The node rows of an on-disk graph in store order, with sequential reads and writes
+    only (a distribution sort): (1) read the graph's rows in id order, ``rows`` at a time,
+    and append each row, with its store row, to the spill file of its window of store rows
+    (at most :data:`_ROW_WINDOWS` windows); (2) per window, read its spill file, place its
+    rows in memory and write the window's slice of the store.
+
+    A gather in store order (or a scatter in id order) touches rows all over a memory-
+    mapped file larger than the memory limit, and every page fault reads a read-ahead
+    window: 77 GB read for 7.9 GB of features under 1 GiB. Here the graph's rows are read
+    once, and the spill files are written once and read once."""
     n = store_of.shape[0]
-    for lo in range(0, n, rows):
-        hi = min(n, lo + rows)
-        dest = store_of[lo:hi].astype(np.int64)
-        order = np.argsort(dest, kind="stable")
-        dest = dest[order]
-        out[X_FILE][dest] = np.asarray(data.x[lo:hi]).astype(np.float32, copy=False)[order]
-        out[Y_FILE][dest] = np.asarray(data.y[lo:hi]).astype(y_dtype, copy=False)[order]
-        masks = np.stack([np.asarray(getattr(data, m)[lo:hi]) for m in MASK_NAMES], 1)
-        out[MASKS_FILE][dest] = masks[order]
+    x_src, y_src = data.x, data.y
+    record = np.dtype(
+        [
+            ("dest", np.int64),
+            ("x", x_src.dtype, tuple(x_src.shape[1:])),
+            ("y", y_dtype, tuple(y_src.shape[1:])),
+            ("masks", np.bool_, (3,)),
+        ]
+    )
+    window = max(1, -(-n // _ROW_WINDOWS), rows)
+    num_windows = -(-n // window)
+    paths = [os.path.join(spill_dir, f"rows-{w}.bin") for w in range(num_windows)]
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(path, "wb")) for path in paths]
+        for lo in range(0, n, rows):
+            hi = min(n, lo + rows)
+            chunk = np.empty(hi - lo, record)
+            chunk["dest"] = store_of[lo:hi]
+            chunk["x"] = np.asarray(x_src[lo:hi])
+            chunk["y"] = np.asarray(y_src[lo:hi]).astype(y_dtype, copy=False)
+            for j, name in enumerate(MASK_NAMES):
+                chunk["masks"][:, j] = np.asarray(getattr(data, name)[lo:hi])
+            which = chunk["dest"] // window
+            order = np.argsort(which, kind="stable")
+            chunk, which = chunk[order], which[order]
+            cuts = np.flatnonzero(np.diff(which)) + 1
+            for part in np.split(np.arange(chunk.size), cuts):
+                if part.size:
+                    chunk[part].tofile(files[int(which[part[0]])])
+    for w, path in enumerate(paths):
+        first, last = w * window, min(n, (w + 1) * window)
+        spilled = np.fromfile(path, dtype=record)
+        os.remove(path)
+        place = spilled["dest"] - first
+        x = np.empty((last - first, *x_src.shape[1:]), np.float32)
+        x[place] = spilled["x"]
+        out[X_FILE][first:last] = x
+        y = np.empty((last - first, *y_src.shape[1:]), y_dtype)
+        y[place] = spilled["y"]
+        out[Y_FILE][first:last] = y
+        masks = np.empty((last - first, 3), np.bool_)
+        masks[place] = spilled["masks"]
+        out[MASKS_FILE][first:last] = masks
 
 
 class _Graph:
@@ -378,10 +430,7 @@ def write_partition_store(
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
             ids = node_ids[lo:hi]
-            if graph.on_disk:
-                # The graph's rows are read in id order and scattered to their store rows
-                # below: gathering them in store order reads rows all over the file, and a
-                # memory-mapped file answers each such read with a whole read-ahead window.
+            if graph.on_disk:  # the rows themselves: _distribute_node_rows below
                 out[NODE_IDS_FILE][lo:hi] = ids
                 continue
             out[X_FILE][lo:hi] = graph.x(ids)
@@ -389,7 +438,10 @@ def write_partition_store(
             out[MASKS_FILE][lo:hi] = graph.masks(ids)
             out[NODE_IDS_FILE][lo:hi] = ids
         if graph.on_disk:
-            _scatter_node_rows(graph.data, store_of, rows, y_dtype, out)
+            with tempfile.TemporaryDirectory(
+                prefix=".rows-", dir=os.path.dirname(os.path.abspath(paths[X_FILE]))
+            ) as spill:
+                _distribute_node_rows(graph.data, store_of, rows, y_dtype, out, spill)
         _flush(out)
 
     # ---- edges: pass 1 counts buckets and in-degrees
