@@ -353,6 +353,21 @@ def test_node_rows_distributed_over_many_windows_give_the_same_store(tmp_path, m
     memory = build_store(data, cache_dir=str(tmp_path / "memory"), **kw)
     assert len(calls) == 1 and calls[0][1] == 3  # three windows of 228 store rows (600 nodes)
     assert _store_files(disk.directory) == _store_files(memory.directory)
+    # a budget of 4 KiB: the edge outputs are written in many windows, one pass each
+    scatters = []
+    real_scatter = writer.scatter_by_key
+
+    def count_windows(keys, cursor, out, values, window=None):
+        scatters.append(window)
+        return real_scatter(keys, cursor, out, values, window)
+
+    monkeypatch.setattr(writer, "scatter_by_key", count_windows)
+    tiny = build_store(
+        on_disk, cache_dir=str(tmp_path / "tiny"), **{**kw, "memory_budget": 4 * KIB}
+    )
+    assert len({w for w in scatters if w is not None}) > 10
+    files, ref = _store_files(tiny.directory), _store_files(memory.directory)
+    assert files["files"] == ref["files"]
 
 
 def test_bad_arrays_on_disk_are_named(tmp_path):

@@ -487,20 +487,42 @@ def write_partition_store(
             HUB_HUB_EDGES_FILE: _create_npy(paths[HUB_HUB_EDGES_FILE], idt, (num_hh, 2)),
             CSC_INDICES_FILE: _create_npy(paths[CSC_INDICES_FILE], idt, (num_edges,)),
         }
-        cur_pp, cur_hp, cur_csc = edge_ptr[:-1].copy(), hub_edge_ptr[:-1].copy(), indptr[:-1].copy()
-        hh_at = 0
-        for src, dst, hs, pp, hp, hh, hub_key in chunks():
-            s_store, d_store = store_of[src], store_of[dst]
-            pair = np.stack([s_store[pp], d_store[pp]], 1)
-            scatter_by_key(part_np[src[pp]] * k + part_np[dst[pp]], cur_pp, out[EDGES_FILE], pair)
-            hub_end, other = np.where(hs, src, dst)[hp], np.where(hs, d_store, s_store)[hp]
-            pair = np.stack([np.searchsorted(hub_np, hub_end).astype(idt), other], 1)
-            scatter_by_key(hub_key, cur_hp, out[HUB_EDGES_FILE], pair)
-            m_hh = int(hh.sum())
-            pair = np.stack([np.searchsorted(hub_np, src[hh]), np.searchsorted(hub_np, dst[hh])], 1)
-            out[HUB_HUB_EDGES_FILE][hh_at : hh_at + m_hh] = pair
-            hh_at += m_hh
-            scatter_by_key(d_store, cur_csc, out[CSC_INDICES_FILE], s_store)
+        # An on-disk graph's outputs are written in `passes` windows of their positions,
+        # each pass reading the edges again: random writes to memory-mapped files larger
+        # than the page cache otherwise re-read (and rewrite) read-ahead windows.
+        out_bytes = sum(int(a.nbytes) for a in out.values())
+        passes = 1
+        if graph.on_disk and memory_budget is not None:
+            passes = max(1, -(-out_bytes // max(memory_budget, 1)))
+        for p in range(passes):
+            cur_pp, cur_hp = edge_ptr[:-1].copy(), hub_edge_ptr[:-1].copy()
+            cur_csc = indptr[:-1].copy()
+            hh_at = 0
+
+            def window(name: str, p: int = p) -> tuple[int, int] | None:
+                if passes == 1:
+                    return None
+                size = out[name].shape[0]
+                return (p * size // passes, (p + 1) * size // passes)
+
+            for src, dst, hs, pp, hp, hh, hub_key in chunks():
+                s_store, d_store = store_of[src], store_of[dst]
+                pair = np.stack([s_store[pp], d_store[pp]], 1)
+                key = part_np[src[pp]] * k + part_np[dst[pp]]
+                scatter_by_key(key, cur_pp, out[EDGES_FILE], pair, window(EDGES_FILE))
+                hub_end, other = np.where(hs, src, dst)[hp], np.where(hs, d_store, s_store)[hp]
+                pair = np.stack([np.searchsorted(hub_np, hub_end).astype(idt), other], 1)
+                scatter_by_key(hub_key, cur_hp, out[HUB_EDGES_FILE], pair, window(HUB_EDGES_FILE))
+                m_hh = int(hh.sum())
+                if p == 0:  # appended in edge order: sequential, written once
+                    pair = np.stack(
+                        [np.searchsorted(hub_np, src[hh]), np.searchsorted(hub_np, dst[hh])], 1
+                    )
+                    out[HUB_HUB_EDGES_FILE][hh_at : hh_at + m_hh] = pair
+                hh_at += m_hh
+                scatter_by_key(
+                    d_store, cur_csc, out[CSC_INDICES_FILE], s_store, window(CSC_INDICES_FILE)
+                )
         if (
             not np.array_equal(cur_pp, edge_ptr[1:])
             or not np.array_equal(cur_hp, hub_edge_ptr[1:])
