@@ -59,13 +59,9 @@ _MAX_CHUNK = 1 << 22
 
 
 def count_keys(keys: np.ndarray, size: int) -> np.ndarray:
-    """``bincount(keys, minlength=size)`` (``int64``) without a ``size``-long temporary when
-    ``keys`` is much shorter than ``size``."""
-    if size <= 4 * max(keys.size, 1) or size <= 1 << 16:
-        return np.bincount(keys, minlength=size).astype(np.int64, copy=False)
+    """``bincount(keys, minlength=size)`` (``int64``), through :func:`add_key_counts`."""
     out = np.zeros(size, dtype=np.int64)
-    uniq, counts = np.unique(keys, return_counts=True)
-    out[uniq] = counts
+    add_key_counts(out, keys)
     return out
 
 

@@ -17,7 +17,8 @@ pytest.importorskip("tokenizers")
 from lightgraph.callbacks import CoTrainingEarlyStopping, ModalitySync  # noqa: E402
 from lightgraph.data import SyntheticGraph, SyntheticTextGraph, TextGraphDataModule  # noqa: E402
 from lightgraph.models import UniTGModule  # noqa: E402
-from lightgraph.nn import EarlyExitEncoder, LMEncoder, RevGCN, degree_groups  # noqa: E402
+from lightgraph.nn import RevGCN, degree_groups  # noqa: E402
+from tests.models.test_unitg_module import _lm, _trainer  # noqa: E402
 
 NUM_CLASSES = 4
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -29,39 +30,11 @@ def _datamodule(tmp_path, words: int = 6) -> TextGraphDataModule:
     return TextGraphDataModule(text, serve="graph", cache_dir=str(tmp_path / "cache"))
 
 
-def _lm(max_position: int = 16) -> EarlyExitEncoder:
-    torch.manual_seed(1)
-    enc = LMEncoder(
-        vocab_size=64,
-        hidden_size=16,
-        num_layers=4,
-        num_heads=2,
-        intermediate_size=32,
-        max_position=max_position,
-        dropout=0.0,
-    )
-    return EarlyExitEncoder(enc, num_classes=NUM_CLASSES)
-
-
 def _module(**kwargs) -> UniTGModule:
     torch.manual_seed(0)
     args = {"lm_epochs": 2, "lm_batch_size": 16, "encode_batch_size": 16, "lm_lr": 0.01}
     args.update(kwargs)
     return UniTGModule(RevGCN(16, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES, lm=_lm(), **args)
-
-
-def _trainer(epochs: int, callbacks=None) -> pl.Trainer:
-    return pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-    )
 
 
 def _val_acc(module: UniTGModule) -> float:
@@ -108,7 +81,7 @@ def test_a_sync_never_lowers_validation_accuracy(tmp_path) -> None:
     out: dict[int, list[float]] = {}
     module = _module(lm_share=1.0, sync_ramp_epochs=3)
     sync = ModalitySync(ladder=(0.2, 0.1), patience=2)
-    _trainer(12, [_Probe(out), sync, _Probe(out)]).fit(module, _datamodule(tmp_path))
+    _trainer(12, callbacks=[_Probe(out), sync, _Probe(out)]).fit(module, _datamodule(tmp_path))
     synced = [epoch for epoch, _, done in sync.history if done]
     assert synced  # the syncs happened
     assert [c[0] for c in module.sync_checks] == synced
@@ -144,7 +117,7 @@ def test_lm_optimiser_steps_follow_lm_epochs(tmp_path, epochs, share, per_step) 
 
     dm = _datamodule(tmp_path)
     module = _module(lm_share=share, lm_batches_per_step=per_step)
-    _trainer(epochs, [Count()]).fit(module, dm)
+    _trainer(epochs, callbacks=[Count()]).fit(module, dm)
     # Reference: one LM epoch = one pass over the training nodes in batches of one degree
     # group each (ceil(|group| / lm_batch_size) per group), lm_batches_per_step per step.
     groups = _reference_groups(module, dm)[dm.graph().train_mask]
@@ -201,7 +174,9 @@ def test_lm_accuracy_is_logged_and_matches_a_reference(tmp_path) -> None:
 
 
 def test_texts_longer_than_the_lm_positions_are_refused_in_setup(tmp_path) -> None:
-    module = UniTGModule(RevGCN(16, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES, lm=_lm(16))
+    module = UniTGModule(
+        RevGCN(16, 16, NUM_CLASSES, num_layers=2), NUM_CLASSES, lm=_lm(max_position=16)
+    )
     with pytest.raises(ValueError, match=r"words_per_node=20.*`max_position`.*16"):
         _trainer(1).fit(module, _datamodule(tmp_path, words=20))
 
@@ -211,7 +186,7 @@ def test_early_stopping_waits_for_the_lm_and_the_refresh(tmp_path) -> None:
     module = _module(encode_at="exit", lm_share=1.0, lm_batches_per_step=1)
     # min_delta above any possible gain: a plateau from the first check on.
     stop = CoTrainingEarlyStopping(monitor="val_acc", patience=1, min_delta=2.0)
-    trainer = _trainer(30, [ModalitySync(), stop])
+    trainer = _trainer(30, callbacks=[ModalitySync(), stop])
     trainer.fit(module, dm)
     assert stop.plateau_epoch is not None and stop.plateau_epoch < 3
     # One more epoch: all remaining LM steps, the refresh, then the stop.

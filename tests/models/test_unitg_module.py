@@ -28,7 +28,7 @@ def _datamodule(tmp_path, **kwargs) -> TextGraphDataModule:
     return TextGraphDataModule(text, serve="graph", cache_dir=str(tmp_path), **kwargs)
 
 
-def _lm(vocab: int = 64) -> EarlyExitEncoder:
+def _lm(vocab: int = 64, max_position: int = 16) -> EarlyExitEncoder:
     torch.manual_seed(1)
     enc = LMEncoder(
         vocab_size=vocab,
@@ -36,7 +36,7 @@ def _lm(vocab: int = 64) -> EarlyExitEncoder:
         num_layers=4,
         num_heads=2,
         intermediate_size=32,
-        max_position=16,
+        max_position=max_position,
         dropout=0.0,
     )
     return EarlyExitEncoder(enc, num_classes=NUM_CLASSES)

@@ -42,7 +42,6 @@ from lightgraph.data.graph_dataset import (
 from lightgraph.data.on_disk import OnDiskGraph
 from lightgraph.data.out_of_core import (
     add_key_counts,
-    count_keys,
     edge_chunks,
     scatter_by_key,
     validate_on_disk_graph,
@@ -461,8 +460,8 @@ def write_partition_store(
             yield src, dst, hs, pp, hp, hh, hub_key
 
     for src, dst, _hs, pp, _hp, hh, hub_key in chunks():
-        cnt_pp += count_keys(part_np[src[pp]] * k + part_np[dst[pp]], k * k)
-        cnt_hp += count_keys(hub_key, 2 * k)
+        add_key_counts(cnt_pp, part_np[src[pp]] * k + part_np[dst[pp]])
+        add_key_counts(cnt_hp, hub_key)
         num_hh += int(hh.sum())
         add_key_counts(indptr[1:], store_of[dst])
     np.cumsum(indptr, out=indptr)
