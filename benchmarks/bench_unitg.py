@@ -169,6 +169,8 @@ def _expand_overrides(overrides: list[str]) -> list[str]:
         else:
             out.append(item)
     return out
+
+
 # name -> (lazy_tuner, lm_epochs); all on recipes/lm_then_gnn.yaml (sequential schedule)
 LAZY_RUNS: dict[str, tuple[bool, int]] = {
     "full_3": (False, 3),

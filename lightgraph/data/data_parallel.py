@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from lightgraph.data.batching import even_batches
 from lightgraph.utilities.checks import check_int
 
 
@@ -80,6 +81,28 @@ def shard_targets(order: Tensor, rank: int, world_size: int, batch_size: int) ->
     head = order[:full].view(-1, world_size, batch_size)[:, rank].reshape(-1)
     tail = order[full:n].view(world_size, -1)[rank]
     return torch.cat([head, tail])
+
+
+def shard_batches(order: Tensor, rank: int, world_size: int, batch_size: int) -> list[Tensor]:
+    """Rank ``rank``'s mini-batches of one macro-batch's training ``order`` (every rank
+    passes the same).
+
+    The *global* mini-batches are the ones one process with batch ``world_size *
+    batch_size`` trains: :func:`~lightgraph.data.batching.even_batches` of ``order``
+    (near-equal sizes, none above ``world_size * batch_size``). Rank ``r``'s step ``i`` is
+    the ``r``-th of ``world_size`` equal slices of global batch ``i``; the ``len % world_size``
+    targets at the end of each global batch (at most ``world_size - 1`` per step) are
+    nobody's this epoch, and a global batch shorter than ``world_size`` gives no step on
+    any rank. So every rank takes the same number of steps, and ``N`` ranks averaging their
+    gradients take the steps of the one process. ``world_size=1`` gives
+    ``even_batches(order, batch_size)``.
+    """
+    out = []
+    for batch in even_batches(order, world_size * batch_size):
+        per = batch.numel() // world_size
+        if per:
+            out.append(batch[rank * per : (rank + 1) * per])
+    return out
 
 
 def balance_groups(

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from lightgraph.data.batching import even_batch
 from lightgraph.data.data_parallel import balance_groups, check_shard
 from lightgraph.data.minibatch import make_generator, sample_minibatch
 from lightgraph.functional.neighbor_sampling import (
@@ -415,7 +416,7 @@ class MacroBatchLoader:
         if mb.num_nodes <= NODE_BUFFER_MAX_NODES:
             buffer = make_node_buffer(mb.num_nodes)
         for b in range(start, count):
-            seeds = order[b * self.batch_size : (b + 1) * self.batch_size]
+            seeds = even_batch(order, self.batch_size, b)  # near-equal sizes, no small tail
             batch = sample_minibatch(
                 mb.indptr,
                 mb.indices,

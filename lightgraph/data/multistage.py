@@ -495,6 +495,9 @@ class MultistageLoader:
         world_size: data-parallel replicas (each with a loader over its own share).
         dropped: ``dropped(epoch) ->`` training targets of ``epoch`` no rank trains
             (:attr:`MultistageStats.dropped_targets`); ``None``: none.
+        steps: ``steps(epoch) ->`` mini-batches of every macro-batch; ``None``:
+            ``ceil(len(seeds) / batch_size)`` for each (:func:`~lightgraph.data.batching.
+            even_batches`).
     """
 
     def __init__(
@@ -506,9 +509,11 @@ class MultistageLoader:
         sized: bool = True,
         world_size: int = 1,
         dropped: Any = None,
+        steps: Any = None,
     ) -> None:
         self.build = build
         self.plan = plan
+        self.steps = steps
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.sized = sized
@@ -526,6 +531,8 @@ class MultistageLoader:
         self._ahead: tuple[tuple[int, int], Future[StageOneBatch]] | None = None
 
     def _sizes(self, epoch: int) -> list[int]:
+        if self.steps is not None:
+            return list(self.steps(epoch))
         return [math.ceil(s.numel() / self.batch_size) for s in self.plan(epoch)]
 
     def __len__(self) -> int:

@@ -13,12 +13,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from lightgraph.data.batching import even_batches
 from lightgraph.data.data_parallel import (
     DataParallelShard,
     balance_groups,
     check_shard,
     data_parallel_shard,
-    shard_targets,
+    shard_batches,
 )
 from lightgraph.data.graph_dataset import GraphDataset
 from lightgraph.data.macro_batch import check_parts_per_batch
@@ -85,11 +86,21 @@ class _PlannedMacroBatch(NamedTuple):
         inner: PBS: the inner nodes (ascending); ``None`` for LBS.
         order: positions in ``seeds`` in training order (PBS: cut short when the rank
             drops trailing steps).
+        sizes: the mini-batch sizes along ``order`` when they are fixed by the global
+            batches (LBS under data parallelism, :func:`~lightgraph.data.data_parallel.
+            shard_batches`); ``None``: :func:`~lightgraph.data.batching.even_batches`.
     """
 
     seeds: Tensor
     inner: Tensor | None
     order: Tensor
+    sizes: tuple[int, ...] | None = None
+
+    def steps(self, batch_size: int) -> int:
+        """Mini-batches of this macro-batch."""
+        if self.sizes is not None:
+            return len(self.sizes)
+        return math.ceil(self.order.numel() / batch_size)
 
     @property
     def trained(self) -> Tensor:
@@ -123,6 +134,11 @@ class MultistageDataModule(PartitionStoreDataModule):
       (:class:`~lightgraph.models.MiniBatchNodeClassifier`, warm-filled before training,
       saved in checkpoints; see :mod:`lightgraph.nn.history`).
 
+    A macro-batch's ``n`` seeds are trained in ``ceil(n / batch_size)`` mini-batches of
+    near-equal size (:func:`~lightgraph.data.batching.even_batches`: 1,250 seeds at
+    ``batch_size=1000`` are two steps of 625, not 1,000 and 250): every macro-batch has its
+    own remainder, and small tail batches cost measurable accuracy (docs/joestar.md).
+
     The training loader yields :class:`~lightgraph.data.multistage.StagedStep` objects;
     :meth:`transfer_batch_to_device` moves each macro-batch (and its halo's history rows)
     to the device once, counting the bytes, and :meth:`on_after_batch_transfer` runs
@@ -141,12 +157,13 @@ class MultistageDataModule(PartitionStoreDataModule):
     share, every rank the same number of steps:
 
     * LBS: global macro-batch ``k`` (its seeds and their training order) is the one-process
-      macro-batch; rank ``r``'s macro-batch ``k`` holds the
-      :func:`~lightgraph.data.data_parallel.shard_targets` share of its seed order with
-      ``batch_size``, so rank ``r``'s mini-batch ``i`` is the ``r``-th slice of the global
-      mini-batch ``i`` of ``N * batch_size`` seeds: ``N`` ranks with batch ``b`` train the
-      global batches of one process with batch ``N * b``. Stage 1 samples the rank's seeds
-      only. Each macro-batch's ``len % N`` last seeds (at most ``N - 1``) are dropped.
+      macro-batch; rank ``r``'s macro-batch ``k`` holds its
+      :func:`~lightgraph.data.data_parallel.shard_batches` with ``batch_size``: rank
+      ``r``'s mini-batch ``i`` is the ``r``-th of ``N`` equal slices of global mini-batch
+      ``i``, the one a single process with batch ``N * batch_size`` trains, so ``N`` ranks
+      with batch ``b`` train the global batches of one process with batch ``N * b``. Stage 1
+      samples the rank's seeds only. Each global mini-batch's ``len % N`` last seeds (at
+      most ``N - 1`` per step) are dropped.
     * PBS: the epoch's shuffled partitions are split into ``N`` groups of nearly equal
       training-node count: taken in shuffled order, each joins the group with the fewest
       so far (:func:`~lightgraph.data.data_parallel.balance_groups`; totals within one
@@ -155,7 +172,7 @@ class MultistageDataModule(PartitionStoreDataModule):
       The step counts are equalised by dropping the trailing steps (and their targets) of
       the ranks with more than the fewest: a rank drops at most ``w + batch_size * m``
       targets, ``w`` the largest partition's training nodes (the balance bound) and ``m``
-      the number of its macro-batches (each may end in a partial mini-batch); the rank with
+      the number of its macro-batches (a cut one keeps whole mini-batches); the rank with
       the fewest steps drops none.
 
     Targets no rank trains are counted in ``io_stats()["dropped_targets"]`` (the same
@@ -179,7 +196,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         dataset: the graph (any :class:`~lightgraph.data.GraphDataset`).
         first_stage: ``"lbs"`` or ``"pbs"``.
         fanouts: the model's neighbours per hop (stage 1 of LBS; stage 2 of PBS).
-        batch_size: seeds per mini-batch.
+        batch_size: seeds per mini-batch, at most (a macro-batch's seeds are split evenly).
         ratio: LBS: macro-batch size as a fraction of the training nodes, in (0, 1]
             (unset: 0.125).
         second_stage_fanouts: LBS: stage-2 fanouts (unset: all neighbours).
@@ -351,6 +368,11 @@ class MultistageDataModule(PartitionStoreDataModule):
         ``shard``'s rank (default: :attr:`shard`)."""
         return [m.trained for m in self._epoch_plan(epoch, shard).macros]
 
+    def steps(self, epoch: int, shard: DataParallelShard | None = None) -> list[int]:
+        """The number of mini-batches of every macro-batch of ``epoch`` of ``shard``'s rank
+        (default: :attr:`shard`)."""
+        return [m.steps(self.batch_size) for m in self._epoch_plan(epoch, shard).macros]
+
     def dropped_targets(self, epoch: int, shard: DataParallelShard | None = None) -> int:
         """Training targets of ``epoch`` that no data-parallel rank trains."""
         return self._epoch_plan(epoch, shard).dropped
@@ -390,9 +412,11 @@ class MultistageDataModule(PartitionStoreDataModule):
             if world == 1:
                 macros.append(_PlannedMacroBatch(seeds, None, perm))
                 continue
-            mine = shard_targets(seeds[perm], rank, world, self.batch_size)
+            batches = shard_batches(seeds[perm], rank, world, self.batch_size)
+            mine = torch.cat(batches) if batches else seeds[:0]
             dropped += seeds.numel() - world * mine.numel()
-            macros.append(_PlannedMacroBatch(mine, None, torch.arange(mine.numel())))
+            sizes = tuple(b.numel() for b in batches)
+            macros.append(_PlannedMacroBatch(mine, None, torch.arange(mine.numel()), sizes))
         return _EpochPlan(macros, dropped)
 
     def _partition_train_counts(self) -> Tensor:
@@ -467,7 +491,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         indptr, indices, x, y = self.graph_arrays()
         if self._scratch is None:
             self._scratch = torch.full((indptr.numel() - 1,), -1, dtype=torch.long)
-        seeds, inner, order = self._epoch_plan(epoch, shard).macros[k]
+        seeds, inner, order, sizes = self._epoch_plan(epoch, shard).macros[k]
         rank = None if shard.world_size == 1 else shard.rank
         stream = (epoch, k) if rank is None else (epoch, k, "rank", rank)
         # With AoT the rows are gathered after filtering, the kept ones only.
@@ -495,10 +519,12 @@ class MultistageDataModule(PartitionStoreDataModule):
             # seeds (``plan`` filters ``inner``): their local ids are a search.
             local_seeds = torch.searchsorted(inner, seeds)
         local_seeds = local_seeds[order]
-        batches = [
-            local_seeds[i : i + self.batch_size]
-            for i in range(0, local_seeds.numel(), self.batch_size)
-        ]
+        # ceil(n / batch_size) near-equal mini-batches, no small tail (even_batches), or
+        # this rank's slices of the global ones.
+        if sizes is None:
+            batches = even_batches(local_seeds, self.batch_size)
+        else:
+            batches = list(local_seeds.split(list(sizes)))
         macro = StageOneBatch(
             epoch=epoch,
             index=k,
@@ -545,6 +571,7 @@ class MultistageDataModule(PartitionStoreDataModule):
                 partial(self.build_macro_batch, shard=shard),
                 partial(self.plan, shard=shard),
                 self.batch_size,
+                steps=partial(self.steps, shard=shard),
                 prefetch=self.prefetch,
                 # LBS cuts the same macro-batch sizes every epoch; PBS's step count depends
                 # on the epoch's partition draw, so its loader has no length.

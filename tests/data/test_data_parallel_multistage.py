@@ -51,34 +51,34 @@ def _ranks(tmp_path, world: int, epochs: int = 1, **kwargs) -> list[list[list[li
 # ---------------------------------------------------------------------------------- LBS
 @pytest.mark.parametrize(("world", "batch", "ratio"), [(2, 16, 0.25), (3, 7, 0.13), (2, 5, 0.2)])
 def test_lbs_rank_steps_are_slices_of_the_single_process_steps(tmp_path, world, batch, ratio):
-    """Rank r's mini-batch i is the r-th slice of the single process's mini-batch i with
-    batch world * batch; a global mini-batch shorter than that is split evenly and its
-    len % world last seeds are nobody's."""
+    """Rank r's mini-batch i is the r-th of ``world`` equal slices of the single process's
+    mini-batch i with batch world * batch; the len % world last seeds of each are nobody's."""
     single = _module(tmp_path, ratio=ratio, batch_size=world * batch)
+    shard = _module(tmp_path, shard=(0, world), ratio=ratio, batch_size=batch)
     ranks = _ranks(tmp_path, world, epochs=2, ratio=ratio, batch_size=batch)
     for epoch in range(2):
         want: list[list[list[int]]] = [[] for _ in range(world)]
         dropped = 0
         for seeds in _epoch(single):
-            per = batch if len(seeds) == world * batch else len(seeds) // world
-            dropped += len(seeds) - world * per
+            per = len(seeds) // world
+            assert per <= batch
+            dropped += len(seeds) - world * per  # at most world - 1 per step
             if per:
                 for r in range(world):
                     want[r].append(seeds[r * per : (r + 1) * per])
         for r in range(world):
             assert ranks[r][epoch] == want[r], (epoch, r)
-    # Drops are the documented ones: at most world - 1 per macro-batch.
-    sizes = [len(s) for s in single.plan(0)]
-    assert dropped == sum(n % world for n in sizes)
+        assert shard.dropped_targets(epoch) == dropped
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_lbs_shards_are_disjoint_cover_the_epoch_and_have_equal_steps(tmp_path, world):
     train = set(_module(tmp_path).split_nodes("train").tolist())
-    ratio = 0.13  # macro-batches of 32 seeds (and one of 16): 2 of 3 ranks drop some
+    ratio = 0.13  # macro-batches of 32 seeds (and one of 16): 3 ranks drop some
     dms = [_module(tmp_path, shard=(r, world), ratio=ratio) for r in range(world)]
-    sizes = [len(s) for s in _module(tmp_path, ratio=ratio).plan(0)]
-    dropped = sum(n % world for n in sizes)
+    # Each global mini-batch (one process, batch world * 10) drops its len % world last seeds.
+    single = _module(tmp_path, ratio=ratio, batch_size=world * 10)
+    dropped = sum(len(seeds) % world for seeds in _epoch(single))
     splits = []
     for epoch in range(2):
         shares = [[v for step in _epoch(dm) for v in step] for dm in dms]
