@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +18,14 @@ from lightgraph.data.data_parallel import data_parallel_shard
 from lightgraph.data.full_graph_batch import FullGraphBatch
 from lightgraph.functional.sequence_parallel import shard_range
 from lightgraph.nn.destination import destination_forward
-from lightgraph.nn.history import HistoricalEmbeddings
+from lightgraph.nn.history import SYNC_MODES, HistoricalEmbeddings
 from lightgraph.nn.layerwise import layerwise_inference
-from lightgraph.utilities.checks import check_bool, check_non_negative, check_positive
+from lightgraph.utilities.checks import (
+    check_bool,
+    check_choice,
+    check_non_negative,
+    check_positive,
+)
 from lightgraph.utilities.collectives import all_gather_rows
 from lightgraph.utilities.timing import Stopwatch
 
@@ -73,6 +79,15 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             graph also writes every node's hidden-layer outputs into the history tables
             (they are the most recent embeddings of every node, computed anyway), so rows
             that no training step pushes do not stay at the warm fill.
+        history_sync: how the history replicas of data-parallel ranks meet
+            (:class:`~lightgraph.nn.history.HistoricalEmbeddings`): ``"step"`` all-gathers
+            every step's pushed rows, so every replica holds every rank's latest rows;
+            ``"epoch"`` keeps pushes local (no collective per step) and makes the replicas
+            equal at the end of every training epoch by the exact refresh: the one
+            validation does when it runs that epoch, else one of its own
+            (``history.stats["refresh_seconds"]``). Between refreshes, another rank's rows
+            are at most one epoch old. Needs ``refresh_history=True``. One process: no
+            difference.
     """
 
     def __init__(
@@ -85,6 +100,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         trim: bool = True,
         inference_chunk_size: int = 8192,
         refresh_history: bool = True,
+        history_sync: str = "step",
     ) -> None:
         super().__init__()
         owner = "MiniBatchNodeClassifier"
@@ -101,6 +117,13 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         check_bool(owner, "trim", trim)
         check_positive(owner, "inference_chunk_size", inference_chunk_size)
         check_bool(owner, "refresh_history", refresh_history)
+        check_choice(owner, "history_sync", history_sync, SYNC_MODES)
+        if history_sync == "epoch" and not refresh_history:
+            raise ValueError(
+                f"{owner}: `history_sync='epoch'` makes the ranks' history replicas equal by "
+                f"the exact refresh at every epoch's end, which `refresh_history=False` "
+                f"turns off; set `refresh_history=True` or use `history_sync='step'`."
+            )
         self.save_hyperparameters(ignore=["model"])
         self.model = model
         self.multilabel = multilabel
@@ -114,6 +137,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         self.train_loss_metric = MeanMetric()
         self.val_loss_metric = MeanMetric()
         self._stopwatch = Stopwatch()
+        self._refreshed_step = -1  # global step of the last exact history refresh
 
     def _make_metric(self, num_classes: int) -> Metric:
         if self.multilabel:
@@ -283,7 +307,9 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 f"samples {layers + 1} hops (fanouts); make them equal."
             )
         if self.history is None:
-            self.history = HistoricalEmbeddings(int(datamodule.num_store_nodes))
+            self.history = HistoricalEmbeddings(
+                int(datamodule.num_store_nodes), sync=self.hparams.history_sync
+            )
         # Historical embeddings start from the exact embeddings of the initial model
         # (GNNAutoScale's warm-up fill), not from zeros; a resumed run keeps its table.
         if not self.history.filled:
@@ -296,6 +322,26 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 chunk_size=int(self.hparams.inference_chunk_size),
                 device=self.device,
             )
+
+    def on_train_epoch_end(self) -> None:
+        # history_sync="epoch": the replicas meet at the end of every training epoch, by the
+        # exact refresh of a validation that ran after the epoch's last step, else by one here.
+        history = self.history
+        if history is None or history.sync != "epoch" or not history.filled:
+            return
+        if self._evaluation_shard()[1] <= 1 or self._refreshed_step == self.global_step:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None or not hasattr(datamodule, "full_graph"):
+            raise RuntimeError(
+                "MiniBatchNodeClassifier: `history_sync='epoch'` refreshes the history from "
+                "the whole graph at every epoch's end, which needs the data module's "
+                "`full_graph()` (MultistageDataModule has it)."
+            )
+        tic = time.perf_counter()
+        with torch.no_grad():
+            self._full_graph_logits(datamodule.full_graph(), refresh=True)
+        history.stats["refresh_seconds"] += time.perf_counter() - tic
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.history is not None:
@@ -334,6 +380,8 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             def exchange(layer: int, out: Tensor) -> None:
                 _gather_rows(out, shares, rank, chunk, self._all_gather_rows)
 
+        if tables:  # every replica now holds the same, exact rows
+            self._refreshed_step = self.global_step if self._trainer is not None else -1
         return layerwise_inference(
             self.model,
             batch.indptr,

@@ -155,8 +155,9 @@ class HistoricalEmbeddings:
         tables: the per-layer tables.
         stats: ``{"bytes_pulled", "bytes_pushed", "bytes_gathered"}``, bytes of table rows
             read by :meth:`pull` and written by this rank's :meth:`push`, and bytes received
-            from the other ranks by ``sync="step"`` (ids and padding included;
-            :meth:`reset_stats` zeroes them).
+            from the other ranks by ``sync="step"`` (ids and padding included);
+            ``"gather_seconds"`` in those all-gathers and ``"refresh_seconds"`` in the
+            refreshes ``sync="epoch"`` adds (:meth:`reset_stats` zeroes them).
     """
 
     def __init__(
@@ -209,6 +210,9 @@ class HistoricalEmbeddings:
             "bytes_gathered": 0,
             # wall seconds in the all-gathers (waiting for the other ranks included)
             "gather_seconds": 0.0,
+            # wall seconds of exact refreshes run only to make the replicas meet
+            # (MiniBatchNodeClassifier(history_sync="epoch") in epochs without validation)
+            "refresh_seconds": 0.0,
         }
 
     def exchanges(self) -> bool:

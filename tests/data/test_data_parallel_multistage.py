@@ -330,14 +330,20 @@ class _Record(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         tables = [t.clone() for t in pl_module.history.tables]
         torch.save(
-            {"seeds": self.seeds, "filled": self.filled, "tables": tables},
+            {
+                "seeds": self.seeds,
+                "filled": self.filled,
+                "tables": tables,
+                "stats": dict(pl_module.history.stats),
+                "weights": {k: v.clone() for k, v in pl_module.model.state_dict().items()},
+            },
             os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"),
         )
 
 
-@pytest.mark.multiprocess
-@pytest.mark.timeout(180)
-def test_two_ddp_ranks_train_disjoint_seeds_with_identical_history(tmp_path):
+def _pbs_ddp_run(tmp_path, **module_kwargs) -> tuple[MultistageDataModule, list[dict]]:
+    """Two ``ddp_fork`` ranks train one PBS epoch with history, no validation; what each
+    rank's ``_Record`` saved."""
     out = tmp_path / "out"
     out.mkdir()
     dm = MultistageDataModule(
@@ -351,7 +357,10 @@ def test_two_ddp_ranks_train_disjoint_seeds_with_identical_history(tmp_path):
     )
     torch.manual_seed(0)
     module = MiniBatchNodeClassifier(
-        GraphSAGE(8, 16, 2, dm.dataset.num_classes), dm.dataset.num_classes, lr=0.05
+        GraphSAGE(8, 16, 2, dm.dataset.num_classes),
+        dm.dataset.num_classes,
+        lr=0.05,
+        **module_kwargs,
     )
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -368,7 +377,13 @@ def test_two_ddp_ranks_train_disjoint_seeds_with_identical_history(tmp_path):
         callbacks=[_Record(str(out))],
     )
     trainer.fit(module, dm)
-    ranks = [torch.load(out / f"rank{r}.pt") for r in range(2)]
+    return dm, [torch.load(out / f"rank{r}.pt") for r in range(2)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_two_ddp_ranks_train_disjoint_seeds_with_identical_history(tmp_path):
+    _, ranks = _pbs_ddp_run(tmp_path)
     seeds = [{v for step in rec["seeds"] for v in step} for rec in ranks]
     assert seeds[0] and seeds[1] and not seeds[0] & seeds[1]
     assert len(ranks[0]["seeds"]) == len(ranks[1]["seeds"])
@@ -376,3 +391,39 @@ def test_two_ddp_ranks_train_disjoint_seeds_with_identical_history(tmp_path):
         for a, b in zip(ranks[0][key], ranks[1][key], strict=True):
             assert torch.equal(a, b), key
     assert not torch.equal(ranks[0]["filled"][0], ranks[0]["tables"][0])  # training moved it
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_epoch_sync_exchanges_nothing_per_step_and_meets_at_the_exact_embeddings(tmp_path):
+    """``history_sync="epoch"``: no all-gather during the epoch; at its end (no validation
+    ran) both replicas hold the exact hidden layer of the final weights, checked against
+    PyG's own forward over the whole graph."""
+    dm, ranks = _pbs_ddp_run(tmp_path, history_sync="epoch")
+    for rec in ranks:
+        assert rec["stats"]["bytes_gathered"] == 0 and rec["stats"]["gather_seconds"] == 0
+        assert rec["stats"]["refresh_seconds"] > 0
+    for a, b in zip(ranks[0]["tables"], ranks[1]["tables"], strict=True):
+        assert torch.equal(a, b)
+    model = GraphSAGE(8, 16, 2, dm.dataset.num_classes)
+    model.load_state_dict(ranks[0]["weights"])
+    model.eval()
+    dm.prepare_data()
+    dm.setup("fit")
+    graph = dm.full_graph()  # store order, CSC: the in-edges of node v are indices[ptr[v]:ptr[v+1]]
+    dst = torch.repeat_interleave(
+        torch.arange(graph.indptr.numel() - 1), graph.indptr[1:] - graph.indptr[:-1]
+    )
+    edge_index = torch.stack([graph.indices.long(), dst])
+    with torch.no_grad():
+        hidden = model.act(model.convs[0](graph.x, edge_index))
+    torch.testing.assert_close(ranks[0]["tables"][0], hidden, rtol=1e-5, atol=1e-5)
+
+
+def test_epoch_sync_needs_the_refresh():
+    with pytest.raises(ValueError, match="history_sync.*refresh_history=False"):
+        MiniBatchNodeClassifier(
+            GraphSAGE(8, 16, 2, 3), 3, history_sync="epoch", refresh_history=False
+        )
+    with pytest.raises(ValueError, match="history_sync"):
+        MiniBatchNodeClassifier(GraphSAGE(8, 16, 2, 3), 3, history_sync="batch")
