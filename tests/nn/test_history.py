@@ -126,6 +126,7 @@ def test_push_pull_semantics():
         "bytes_pushed": 0,
         "bytes_gathered": 0,
         "gather_seconds": 0.0,
+        "refresh_seconds": 0.0,
     }
 
 
