@@ -79,6 +79,8 @@ def worker_args(args: argparse.Namespace, system: str, ranks: int) -> list[str]:
         "--trainer.enable_checkpointing=false",
         "--trainer.limit_val_batches=0",
         f"--trainer.default_root_dir={args.workdir}",
+        f"--seed_everything={args.seed}",
+        f"--data.init_args.seed={args.seed}",
         *extra,
     ]
     if ranks > 1:
@@ -159,6 +161,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-ratio", type=float, default=0.05)
     p.add_argument("--global-batch", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed_everything and the data module's seed (the graph stays the same)",
+    )
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--systems", nargs="*", default=list(SYSTEMS), choices=list(SYSTEMS))
     p.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=list(LAYOUTS))
@@ -230,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
                     str(args.train_ratio),
                     "--global-batch",
                     str(args.global_batch),
+                    "--seed",
+                    str(args.seed),
                     "--epochs",
                     str(args.epochs),
                     "--accelerator",

@@ -86,8 +86,12 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             equal at the end of every training epoch by the exact refresh: the one
             validation does when it runs that epoch, else one of its own
             (``history.stats["refresh_seconds"]``). Between refreshes, another rank's rows
-            are at most one epoch old. Needs ``refresh_history=True``. One process: no
-            difference.
+            are at most one epoch old. ``"auto"`` (the default) picks ``"epoch"`` when
+            exact layer-wise validation runs after every training epoch (the refresh then
+            costs nothing) and ``"step"`` otherwise; measured in docs/benchmarks.md
+            ("Data-parallel sampled training"). ``"epoch"`` and ``"auto"`` need
+            ``refresh_history=True`` (``"auto"`` falls back to ``"step"`` without it).
+            One process: no difference.
     """
 
     def __init__(
@@ -100,7 +104,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         trim: bool = True,
         inference_chunk_size: int = 8192,
         refresh_history: bool = True,
-        history_sync: str = "step",
+        history_sync: str = "auto",
     ) -> None:
         super().__init__()
         owner = "MiniBatchNodeClassifier"
@@ -117,7 +121,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         check_bool(owner, "trim", trim)
         check_positive(owner, "inference_chunk_size", inference_chunk_size)
         check_bool(owner, "refresh_history", refresh_history)
-        check_choice(owner, "history_sync", history_sync, SYNC_MODES)
+        check_choice(owner, "history_sync", history_sync, (*SYNC_MODES, "auto"))
         if history_sync == "epoch" and not refresh_history:
             raise ValueError(
                 f"{owner}: `history_sync='epoch'` makes the ranks' history replicas equal by "
@@ -308,7 +312,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             )
         if self.history is None:
             self.history = HistoricalEmbeddings(
-                int(datamodule.num_store_nodes), sync=self.hparams.history_sync
+                int(datamodule.num_store_nodes), sync=self._history_sync(datamodule)
             )
         # Historical embeddings start from the exact embeddings of the initial model
         # (GNNAutoScale's warm-up fill), not from zeros; a resumed run keeps its table.
@@ -322,6 +326,22 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 chunk_size=int(self.hparams.inference_chunk_size),
                 device=self.device,
             )
+
+    def _history_sync(self, datamodule: Any) -> str:
+        """``history_sync`` with ``"auto"`` resolved for this Trainer and data module."""
+        sync = str(self.hparams.history_sync)
+        if sync != "auto":
+            return sync
+        trainer = self.trainer
+        # Exact layer-wise validation (it refreshes the tables) after every training epoch.
+        validates = (
+            self.hparams.refresh_history
+            and getattr(datamodule, "eval_mode", None) == "layerwise"
+            and trainer.limit_val_batches != 0
+            and trainer.check_val_every_n_epoch == 1
+            and trainer.val_check_interval in (1.0, None)
+        )
+        return "epoch" if validates else "step"
 
     def on_train_epoch_end(self) -> None:
         # history_sync="epoch": the replicas meet at the end of every training epoch, by the

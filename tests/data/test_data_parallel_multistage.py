@@ -427,3 +427,24 @@ def test_epoch_sync_needs_the_refresh():
         )
     with pytest.raises(ValueError, match="history_sync"):
         MiniBatchNodeClassifier(GraphSAGE(8, 16, 2, 3), 3, history_sync="batch")
+
+
+@pytest.mark.parametrize(
+    ("trainer_kwargs", "eval_mode", "want"),
+    [
+        ({}, "layerwise", "epoch"),  # exact validation after every epoch refreshes anyway
+        ({"limit_val_batches": 0}, "layerwise", "step"),
+        ({"check_val_every_n_epoch": 2}, "layerwise", "step"),
+        ({}, "sampled", "step"),  # sampled validation computes no table rows
+    ],
+)
+def test_auto_history_sync_follows_the_validation(tmp_path, trainer_kwargs, eval_mode, want):
+    dm = _module(tmp_path, first_stage="pbs", history=True, eval_mode=eval_mode)
+    module = MiniBatchNodeClassifier(GraphSAGE(8, 16, 2, DATASET.num_classes), DATASET.num_classes)
+    module.trainer = pl.Trainer(logger=False, **trainer_kwargs)
+    assert module._history_sync(dm) == want
+    explicit = MiniBatchNodeClassifier(
+        GraphSAGE(8, 16, 2, DATASET.num_classes), DATASET.num_classes, history_sync="step"
+    )
+    explicit.trainer = module.trainer
+    assert explicit._history_sync(dm) == "step"
