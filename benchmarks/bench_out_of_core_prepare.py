@@ -145,7 +145,7 @@ def worker_hubs(args: argparse.Namespace) -> dict[str, Any]:
         indices,
         graph.num_nodes,
         graph.train_mask,
-        fraction=0.01,
+        fraction=args.hub_fraction,
         walk_length=3,
         exclude=graph.train_mask,
     )
@@ -160,6 +160,7 @@ def store_config(args: argparse.Namespace, root: str, cache: str) -> list[str]:
         f"--data.init_args.dataset.init_args.root={root}",
         f"--data.init_args.num_parts={args.num_parts}",
         f"--data.init_args.parts_per_batch={args.parts_per_batch}",
+        f"--data.init_args.hub_fraction={args.hub_fraction}",
         f"--data.init_args.cache_dir={cache}",
     ]
 
@@ -185,7 +186,7 @@ def worker_compare(args: argparse.Namespace) -> dict[str, Any]:
             cls(args.root),
             num_parts=args.num_parts,
             partitioner="gap",
-            hub_fraction=0.01,
+            hub_fraction=args.hub_fraction,
             cache_dir=cache,
         )
         tic = time.perf_counter()
@@ -321,6 +322,8 @@ def worker_cmd(args: argparse.Namespace, step: str, root: str, work: str, out: s
         out,
         "--num-parts",
         str(args.num_parts),
+        "--hub-fraction",
+        str(args.hub_fraction),
         "--features",
         str(args.features),
         "--avg-degree",
@@ -354,6 +357,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-ratio", type=float, default=0.002)
     p.add_argument("--num-parts", type=int, default=1024)
     p.add_argument("--parts-per-batch", type=int, default=2)
+    p.add_argument(
+        "--hub-fraction",
+        type=float,
+        default=0.01,
+        help="hub nodes (fraction of all nodes); their features stay in memory while training",
+    )
     p.add_argument("--compare-scale", type=float, default=0.125)
     p.add_argument("--workdir", default="/var/tmp/lightgraph_ooc")
     p.add_argument(

@@ -39,6 +39,7 @@ import os
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -77,7 +78,11 @@ from lightgraph.utilities.checks import (
     check_int,
     check_type,
 )
-from lightgraph.utilities.memory import check_memory_budget
+from lightgraph.utilities.memory import (
+    cgroup_memory_limit,
+    check_memory_budget,
+    resident_memory,
+)
 
 EVAL_MODES: tuple[str, ...] = ("layerwise", "sampled")
 STORAGE_MODES: tuple[str, ...] = ("memory", "mmap")
@@ -487,6 +492,72 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         self.adaptive_reuse = check_bool(owner, "adaptive_reuse", adaptive_reuse)
         self.prefetch = check_bool(owner, "prefetch", prefetch)
         self._train_loader: MacroBatchLoader | None = None
+
+    def training_memory(self) -> dict[str, int]:
+        """Bytes training holds in memory at most, an estimate from the store's counts:
+
+        * ``store``: what the open store keeps, mostly the hubs' features
+          (:meth:`~lightgraph.data.PartitionStore.resident_bytes`);
+        * ``macro_batch``: one macro-batch of the ``parts_per_batch`` largest partitions
+          while it is read and trained (:meth:`~lightgraph.data.PartitionStore.
+          macro_batch_memory`; every hub outside them is copied in);
+        * ``macro_batches``: that, twice with ``prefetch`` (one trains while the next is
+          read);
+        * ``mini_batch``: float32 features of a mini-batch's sampled nodes, at most the
+          macro-batch's nodes or ``batch_size * prod(1 + fanout)``;
+        * ``total``: ``store + macro_batches + mini_batch``. The interpreter and the
+          libraries come on top (about 0.35 GiB for torch, Lightning and PyG), as do the
+          model, its activations and the optimiser.
+
+        ``setup("fit")`` warns when ``total`` exceeds what a memory limit of the process
+        (cgroup) leaves. Fewer hubs (``hub_fraction``), fewer partitions per macro-batch
+        or more partitions shrink it.
+        """
+        store = self._store()
+        sizes = store.part_sizes
+        largest = torch.argsort(sizes, descending=True)[: self.parts_per_batch]
+        parts = sorted(int(p) for p in largest)
+        macro = int(store.macro_batch_memory(parts))
+        nodes = int(sizes[largest].sum()) + int(store.num_hubs)
+        sampled = self.batch_size
+        for fanout in self.fanouts:
+            sampled = nodes if fanout < 0 else sampled * (1 + fanout)
+        mini = min(nodes, sampled) * 4 * int(store.num_features)
+        buffers = macro * (2 if self.prefetch else 1)
+        resident = int(store.resident_bytes())
+        return {
+            "store": resident,
+            "macro_batch": macro,
+            "macro_batches": buffers,
+            "mini_batch": mini,
+            "total": resident + buffers + mini,
+        }
+
+    def setup(self, stage: str | None = None) -> None:
+        super().setup(stage)
+        if stage in (None, "fit"):
+            self._check_training_memory()
+
+    def _check_training_memory(self) -> None:
+        limit = cgroup_memory_limit()
+        if limit is None:
+            return
+        need = self.training_memory()
+        left = limit - resident_memory()
+        if need["total"] > left:
+            gib = 1 << 30
+            warnings.warn(
+                f"MacroBatchDataModule: training needs about {need['total'] / gib:.2f} GiB "
+                f"(hubs and store {need['store'] / gib:.2f}, "
+                f"{'two macro-batches' if self.prefetch else 'one macro-batch'} "
+                f"{need['macro_batches'] / gib:.2f}, a mini-batch's features "
+                f"{need['mini_batch'] / gib:.2f}) but the memory limit of "
+                f"{limit / gib:.2f} GiB leaves {max(left, 0) / gib:.2f} GiB beside this "
+                f"process; lower `hub_fraction` (now {self.hub_fraction}) or "
+                f"`parts_per_batch` (now {self.parts_per_batch}), or raise `num_parts` "
+                f"(now {self.num_parts}).",
+                stacklevel=2,
+            )
 
     def train_loader(self) -> MacroBatchLoader:
         """The (single, stateful) training loader of this rank's :attr:`shard`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -152,3 +153,39 @@ def test_ns_mem_copies_the_graph_into_memory_once_under_concurrent_first_use(tmp
     dm.prepare_data()
     dm.setup("fit")
     check_graph_copied_once_under_concurrent_first_use(dm, monkeypatch, threads=4)
+
+
+def test_training_memory_covers_what_a_loaded_macro_batch_holds(tmp_path):
+    from lightgraph.data.macro_batch import load_macro_batch
+
+    dm = MacroBatchDataModule(DATASET, num_parts=8, parts_per_batch=2, cache_dir=str(tmp_path))
+    dm.prepare_data()
+    dm.setup("fit")
+    store = dm.store
+    for parts in ([0, 1], [2, 5], [3, 7]):
+        mb = load_macro_batch(store, parts)
+        held = sum(t.numel() * t.element_size() for t in (mb.x, mb.y, mb.node_ids, mb.indptr))
+        held += mb.indices.numel() * mb.indices.element_size()
+        assert held <= store.macro_batch_memory(parts) <= 3 * held
+    hubs = store.num_hubs * DATASET.num_features * 4  # float32 hub features, kept open
+    assert hubs <= store.resident_bytes()
+    need = dm.training_memory()
+    assert need["macro_batches"] == 2 * need["macro_batch"]
+    assert need["total"] == need["store"] + need["macro_batches"] + need["mini_batch"]
+    largest = int(store.part_sizes.sort(descending=True).values[:2].sum()) + store.num_hubs
+    assert need["mini_batch"] == largest * DATASET.num_features * 4  # fanouts reach it all
+
+
+def test_a_memory_limit_too_small_for_training_is_named(tmp_path, monkeypatch):
+    import lightgraph.data.store_data_module as sdm
+
+    dm = MacroBatchDataModule(DATASET, num_parts=8, parts_per_batch=2, cache_dir=str(tmp_path))
+    dm.prepare_data()
+    monkeypatch.setattr(sdm, "resident_memory", lambda: 0)
+    monkeypatch.setattr(sdm, "cgroup_memory_limit", lambda: 1 << 20)  # 1 MiB: plenty here
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dm.setup("fit")
+    monkeypatch.setattr(sdm, "cgroup_memory_limit", lambda: 4096)
+    with pytest.warns(UserWarning, match=r"memory limit.*`hub_fraction` \(now 0.01\)"):
+        dm.setup("fit")

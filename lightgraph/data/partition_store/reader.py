@@ -602,6 +602,37 @@ class PartitionStore:
         node_row = sum(self._files[name].row_bytes for name in NODE_FILES)
         return node_rows * node_row + edge_rows * self._files[EDGES_FILE].row_bytes
 
+    def macro_batch_memory(self, parts: Sequence[int]) -> int:
+        """Bytes of memory a macro-batch of ``parts`` holds at most while it is read and
+        trained (an estimate from the same counts as :meth:`macro_batch_bytes`).
+
+        Its ``n`` nodes (the parts' nodes and the hubs outside them) hold float32
+        features, labels, two int64 id arrays and masks. Its ``m`` edges are read in the
+        disk's id width, widened to an int64 ``edge_index``, and then turned into the
+        stage-2 CSC (int64 ``indices`` and ``indptr``) by
+        :func:`~lightgraph.data.macro_batch.load_macro_batch`. The count includes the
+        transient edge arrays of that step, so the peak is covered.
+        """
+        parts = self._check_parts(parts)
+        node_rows = sum(int(self._part_ptr[p + 1] - self._part_ptr[p]) for p in parts)
+        in_batch = np.zeros(self.num_parts, dtype=bool)
+        in_batch[parts] = True
+        n = node_rows + int((~in_batch[self._hub_part]).sum())
+        pp, hp = self._edge_ranges(parts)
+        m = sum(b - a for a, b in pp) + sum(b - a for a, b in hp) + len(self._hub_hub)
+        y_row = self._files[Y_FILE].row_bytes
+        node_row = 4 * self.num_features + y_row + 8 + 8 + 1 + 3 + 8  # x, y, ids, masks, indptr
+        edge_row = 2 * self.id_dtype.itemsize + 16 + 8 + 8  # read, edge_index, CSC + sort
+        return n * node_row + m * edge_row
+
+    def resident_bytes(self) -> int:
+        """Bytes the open store keeps in memory: the hubs' features, labels, ids and
+        edges, and the partition and bucket pointers."""
+        arrays = [self._part_ptr, self._edge_ptr, self._hub_edge_ptr, self._hub_ids]
+        arrays += [self._hub_store, self._hub_hub, self._hub_part]
+        total = sum(int(a.nbytes) for a in arrays)
+        return total + int(self._hub_x.nbytes) + int(self._hub_y.nbytes)
+
     def read_macro_batch(self, parts: Sequence[int]) -> MacroBatch:
         """Read the macro-batch of ``parts`` (distinct partition ids) plus every hub.
 
