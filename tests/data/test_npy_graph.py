@@ -11,6 +11,8 @@ import torch
 
 from lightgraph.data import (
     MacroBatchDataModule,
+    MultistageDataModule,
+    NeighborSamplingDataModule,
     NpyGraph,
     SyntheticGraph,
     from_pyg,
@@ -376,3 +378,63 @@ def test_a_store_data_module_trains_on_an_npy_graph(tmp_path):
     )
     trainer.fit(MiniBatchNodeClassifier(gnn, graph.num_classes), dm)
     assert trainer.global_step > 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(
+            lambda g, c: NeighborSamplingDataModule(
+                g, storage="mmap", cache_dir=c, fanouts=[3, 2], batch_size=16
+            ),
+            id="ns-ext",
+        ),
+        pytest.param(
+            lambda g, c: NeighborSamplingDataModule(
+                g, storage="memory", cache_dir=c, fanouts=[3, 2], batch_size=16
+            ),
+            id="ns-mem",
+        ),
+        pytest.param(
+            lambda g, c: MultistageDataModule(
+                g, first_stage="lbs", cache_dir=c, fanouts=[3, 2], batch_size=16, prefetch=False
+            ),
+            id="joestar-lbs",
+        ),
+        pytest.param(
+            lambda g, c: MultistageDataModule(
+                g,
+                first_stage="pbs",
+                num_parts=4,
+                parts_per_batch=2,
+                history=False,
+                cache_dir=c,
+                fanouts=[3, 2],
+                batch_size=16,
+                prefetch=False,
+            ),
+            id="joestar-pbs",
+        ),
+    ],
+)
+def test_ns_and_joestar_take_an_npy_graph_like_the_in_memory_graph(tmp_path, make):
+    """The same store and the same training batches from the files as from ``load()``."""
+    graph = from_pyg(GRAPH.load(), str(tmp_path / "g"))
+    dm, reference = make(graph, str(tmp_path / "npy")), make(GRAPH, str(tmp_path / "mem"))
+    for module in (dm, reference):
+        module.prepare_data()
+        module.setup("fit")
+    got, want = dm.full_graph(), reference.full_graph()
+    for key in ("node_ids", "x", "y", "indptr", "indices"):
+        assert torch.equal(getattr(got, key), getattr(want, key)), key
+
+    def seeds(module) -> list[list[int]]:
+        out = []
+        for batch in module.train_loader():
+            if hasattr(batch, "macro"):  # a JOESTAR step: its seeds' original ids
+                out.append(module.store.node_ids[batch.macro.node[batch.seeds]].tolist())
+            else:
+                out.append(batch.n_id[: batch.batch_size].tolist())
+        return out
+
+    assert seeds(dm) == seeds(reference)
