@@ -589,7 +589,9 @@ def _sampled(first_stage: str | None) -> Callable[[torch.device, str], pl.Lightn
             )
         torch.manual_seed(0)
         gnn = GraphSAGE(8, 16, 2, graph.num_classes)
-        module = MiniBatchNodeClassifier(gnn, graph.num_classes, lr=0.01)
+        # "step": the history's per-step all-gather (with validation every epoch, "auto"
+        # would take the epoch refresh, whose gathers are layer-wise inference's).
+        module = MiniBatchNodeClassifier(gnn, graph.num_classes, lr=0.01, history_sync="step")
         strategy = DDPStrategy(process_group_backend="gloo")
         return _fit(device, root, module, data, strategy, [IOMonitor(), EpochSummary()])
 
