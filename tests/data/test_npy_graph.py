@@ -348,6 +348,17 @@ def test_fingerprint_reads_a_bounded_sample(tmp_path, monkeypatch):
 
 
 # -------------------------------------------------------------------- in a data module
+def _assert_same_store(dm, reference) -> None:
+    """Prepare both data modules; the store built from the files equals the one built from
+    the in-memory graph."""
+    for module in (dm, reference):
+        module.prepare_data()
+        module.setup("fit")
+    got, want = dm.full_graph(), reference.full_graph()
+    for key in ("node_ids", "x", "y", "indptr", "indices"):
+        assert torch.equal(getattr(got, key), getattr(want, key)), key
+
+
 def test_a_store_data_module_trains_on_an_npy_graph(tmp_path):
     import lightning.pytorch as pl
     from torch_geometric.nn.models import GraphSAGE
@@ -358,12 +369,7 @@ def test_a_store_data_module_trains_on_an_npy_graph(tmp_path):
     kwargs = dict(num_parts=4, parts_per_batch=2, fanouts=[3, 2], batch_size=32)
     dm = MacroBatchDataModule(graph, cache_dir=str(tmp_path / "npy"), **kwargs)
     reference = MacroBatchDataModule(GRAPH, cache_dir=str(tmp_path / "mem"), **kwargs)
-    for module in (dm, reference):
-        module.prepare_data()
-        module.setup("fit")
-    got, want = dm.full_graph(), reference.full_graph()
-    for key in ("node_ids", "x", "y", "indptr", "indices"):
-        assert torch.equal(getattr(got, key), getattr(want, key)), key
+    _assert_same_store(dm, reference)
 
     gnn = GraphSAGE(graph.num_features, 8, num_layers=2, out_channels=graph.num_classes)
     trainer = pl.Trainer(
@@ -421,12 +427,7 @@ def test_ns_and_joestar_take_an_npy_graph_like_the_in_memory_graph(tmp_path, mak
     """The same store and the same training batches from the files as from ``load()``."""
     graph = from_pyg(GRAPH.load(), str(tmp_path / "g"))
     dm, reference = make(graph, str(tmp_path / "npy")), make(GRAPH, str(tmp_path / "mem"))
-    for module in (dm, reference):
-        module.prepare_data()
-        module.setup("fit")
-    got, want = dm.full_graph(), reference.full_graph()
-    for key in ("node_ids", "x", "y", "indptr", "indices"):
-        assert torch.equal(getattr(got, key), getattr(want, key)), key
+    _assert_same_store(dm, reference)
 
     def seeds(module) -> list[list[int]]:
         out = []
