@@ -12,7 +12,7 @@ import math
 
 from torch import Tensor
 
-__all__ = ["even_batch", "even_batches"]
+__all__ = ["even_batches"]
 
 
 def even_batches(order: Tensor, batch_size: int) -> list[Tensor]:
@@ -32,15 +32,3 @@ def even_batches(order: Tensor, batch_size: int) -> list[Tensor]:
     if n == 0:
         return []
     return list(order.tensor_split(math.ceil(n / int(batch_size))))
-
-
-def even_batch(order: Tensor, batch_size: int, index: int) -> Tensor:
-    """Mini-batch ``index`` of :func:`even_batches` (``order``, ``batch_size``), without
-    cutting the others."""
-    n = int(order.numel())
-    count = math.ceil(n / int(batch_size))
-    if not 0 <= index < count:
-        raise IndexError(f"even_batch: index {index} out of range for {count} mini-batches")
-    size, extra = divmod(n, count)
-    start = index * size + min(index, extra)
-    return order[start : start + size + (index < extra)]

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.batching import even_batch
+from lightgraph.data.batching import even_batches
 from lightgraph.data.data_parallel import balance_groups, check_shard
 from lightgraph.data.minibatch import make_generator, sample_minibatch
 from lightgraph.functional.neighbor_sampling import (
@@ -409,14 +409,15 @@ class MacroBatchLoader:
     ) -> Iterator[Data]:
         gen = make_generator(self.seed, *self._key("targets", epoch, m, p))
         order = targets[torch.randperm(targets.numel(), generator=gen)]
-        count = math.ceil(order.numel() / self.batch_size)
+        batches = even_batches(order, self.batch_size)  # near-equal sizes, no small tail
+        count = len(batches)
         # Stage 2 relabels through a buffer the size of the macro-batch (in memory: its
         # features are gathered with index_select).
         buffer = None
         if mb.num_nodes <= NODE_BUFFER_MAX_NODES:
             buffer = make_node_buffer(mb.num_nodes)
         for b in range(start, count):
-            seeds = even_batch(order, self.batch_size, b)  # near-equal sizes, no small tail
+            seeds = batches[b]
             batch = sample_minibatch(
                 mb.indptr,
                 mb.indices,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightgraph.data import MacroBatchDataModule, MultistageDataModule, SyntheticGraph
-from lightgraph.data.batching import even_batch, even_batches
+from lightgraph.data.batching import even_batches
 from lightgraph.data.data_parallel import shard_batches
 from lightgraph.data.macro_batch import MacroBatchLoader
 
@@ -28,10 +28,6 @@ def test_even_batches_cover_the_order_with_sizes_within_one(n, b):
         assert max(sizes) <= b and max(sizes) - min(sizes) <= 1
         assert sizes == sorted(sizes, reverse=True)
         assert torch.equal(torch.cat(batches), order)
-        for i, x in enumerate(batches):
-            assert torch.equal(even_batch(order, b, i), x)
-        with pytest.raises(IndexError, match="out of range"):
-            even_batch(order, b, len(batches))
 
 
 def test_a_tail_is_spread_not_kept():
