@@ -4,6 +4,13 @@ HANOI's and JOESTAR's loaders train mini-batches drawn from one macro-batch at a
 every macro-batch ends with its own remainder. :func:`even_batches` spreads it: the
 macro-batch's targets go into ``ceil(n / batch_size)`` mini-batches whose sizes differ by
 at most one, instead of full batches and one small tail.
+
+Under data parallelism a macro-batch is trained whole by one of ``N`` ranks while the
+other ranks train macro-batches of their own, so one step of the ``N`` ranks together
+takes one mini-batch from each of ``N`` macro-batches. :func:`macro_batch_steps` gives
+such a macro-batch the number of steps that keeps the *global* step count and batch size
+of one process: ``N * ceil(n / (N * b))`` at rank batch ``b`` (one process at batch
+``N * b`` cuts it into ``ceil(n / (N * b))``, and takes ``N`` times as many macro-batches).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import math
 
 from torch import Tensor
 
-__all__ = ["even_batches"]
+__all__ = ["even_batches", "macro_batch_steps", "split_sizes"]
 
 
 def even_batches(order: Tensor, batch_size: int) -> list[Tensor]:
@@ -32,3 +39,30 @@ def even_batches(order: Tensor, batch_size: int) -> list[Tensor]:
     if n == 0:
         return []
     return list(order.tensor_split(math.ceil(n / int(batch_size))))
+
+
+def macro_batch_steps(n: int, batch_size: int, world_size: int = 1) -> int:
+    """Mini-batches of a macro-batch of ``n`` targets that one of ``world_size``
+    data-parallel ranks trains whole, at ``batch_size`` targets per rank and step.
+
+    ``world_size * ceil(n / (world_size * batch_size))``: one process with the same global
+    batch (``world_size * batch_size``) cuts the macro-batch into ``ceil(n / (world_size *
+    batch_size))`` steps and trains all ``world_size`` times as many macro-batches as one
+    rank does, so every rank taking this many gives the one-process epoch's step count and
+    global batch size. Plain ``ceil(n / batch_size)`` would not: with ``n = 1250`` and a
+    global batch of 1000, one process takes 2 steps of 625 per macro-batch and two ranks at
+    ``batch_size=500`` would take 3 of 417 each on half as many macro-batches (12 global
+    steps per epoch instead of 16). No mini-batch exceeds ``batch_size``. ``world_size=1``
+    gives ``ceil(n / batch_size)``; ``n = 0`` gives 0.
+    """
+    n, b, w = int(n), int(batch_size), int(world_size)
+    return w * math.ceil(n / (w * b))
+
+
+def split_sizes(n: int, count: int) -> list[int]:
+    """The sizes of ``count`` consecutive near-equal pieces of ``n`` items (the first
+    ``n mod count`` one larger), as ``Tensor.tensor_split(count)`` cuts them."""
+    if count <= 0:
+        return []
+    q, r = divmod(int(n), int(count))
+    return [q + 1] * r + [q] * (count - r)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from lightgraph.data.batching import even_batches
+from lightgraph.data.batching import even_batches, macro_batch_steps, split_sizes
 from lightgraph.data.data_parallel import (
     DataParallelShard,
     balance_groups,
@@ -86,9 +86,10 @@ class _PlannedMacroBatch(NamedTuple):
         inner: PBS: the inner nodes (ascending); ``None`` for LBS.
         order: positions in ``seeds`` in training order (PBS: cut short when the rank
             drops trailing steps).
-        sizes: the mini-batch sizes along ``order`` when they are fixed by the global
-            batches (LBS under data parallelism, :func:`~lightgraph.data.data_parallel.
-            shard_batches`); ``None``: :func:`~lightgraph.data.batching.even_batches`.
+        sizes: the mini-batch sizes along ``order`` under data parallelism (LBS: the
+            rank's slices of the global batches, :func:`~lightgraph.data.data_parallel.
+            shard_batches`; PBS: :func:`~lightgraph.data.batching.macro_batch_steps`
+            near-equal ones); ``None``: :func:`~lightgraph.data.batching.even_batches`.
     """
 
     seeds: Tensor
@@ -169,11 +170,15 @@ class MultistageDataModule(PartitionStoreDataModule):
       so far (:func:`~lightgraph.data.data_parallel.balance_groups`; totals within one
       partition's training nodes of each other); each rank cuts its partitions,
       in shuffled order, into macro-batches of ``parts_per_batch`` and builds only those.
-      The step counts are equalised by dropping the trailing steps (and their targets) of
-      the ranks with more than the fewest: a rank drops at most ``w + batch_size * m``
-      targets, ``w`` the largest partition's training nodes (the balance bound) and ``m``
-      the number of its macro-batches (a cut one keeps whole mini-batches); the rank with
-      the fewest steps drops none.
+      A macro-batch of ``n`` training nodes takes ``N * ceil(n / (N * batch_size))``
+      near-equal mini-batches (:func:`~lightgraph.data.batching.macro_batch_steps`): one
+      process with the global batch ``N * batch_size`` takes ``ceil(n / (N *
+      batch_size))`` on each of ``N`` times as many macro-batches, so the ranks keep its
+      global step count and batch size. The step counts are equalised by dropping the
+      trailing steps (and their targets) of the ranks with more than the fewest: a rank
+      drops at most ``w + N * batch_size * m`` targets, ``w`` the largest partition's
+      training nodes (the balance bound) and ``m`` the number of its macro-batches (a cut
+      one keeps whole mini-batches); the rank with the fewest steps drops none.
 
     Targets no rank trains are counted in ``io_stats()["dropped_targets"]`` (the same
     number on every rank); the order is reshuffled every epoch, so others drop next time.
@@ -436,14 +441,18 @@ class MultistageDataModule(PartitionStoreDataModule):
         is_train[self._train_nodes()] = True
         ppb, b = self.parts_per_batch, self.batch_size
 
-        def planned(chosen: Tensor, key: tuple[Any, ...], keep: int | None) -> _PlannedMacroBatch:
+        def planned(
+            chosen: Tensor, key: tuple[Any, ...], sizes: list[int] | None
+        ) -> _PlannedMacroBatch:
             chosen = chosen.sort().values
             inner = torch.cat([torch.arange(int(ptr[p]), int(ptr[p + 1])) for p in chosen])
             seeds = inner[is_train[inner]]
             order = torch.randperm(
                 seeds.numel(), generator=make_generator(self.seed, "seed-order", *key)
             )
-            return _PlannedMacroBatch(seeds, inner, order if keep is None else order[:keep])
+            if sizes is None:
+                return _PlannedMacroBatch(seeds, inner, order)
+            return _PlannedMacroBatch(seeds, inner, order[: sum(sizes)], tuple(sizes))
 
         if world == 1:
             groups = [parts[i : i + ppb] for i in range(0, self.num_parts, ppb)]
@@ -457,7 +466,11 @@ class MultistageDataModule(PartitionStoreDataModule):
         shares = balance_groups(weights, world, order=list(range(len(weights))))
         cuts = [[parts[share[i : i + ppb]] for i in range(0, len(share), ppb)] for share in shares]
         targets = [[int(count[c].sum()) for c in rank_cuts] for rank_cuts in cuts]
-        budget = min(sum(math.ceil(n / b) for n in rank_targets) for rank_targets in targets)
+        # One process's global step count and size (macro_batch_steps: N * ceil(n / (N * b))
+        # near-equal mini-batches per macro-batch).
+        budget = min(
+            sum(macro_batch_steps(n, b, world) for n in rank_targets) for rank_targets in targets
+        )
         kept = 0
         macros: list[_PlannedMacroBatch] = []
         for q, (rank_cuts, rank_targets) in enumerate(zip(cuts, targets, strict=True)):
@@ -467,14 +480,14 @@ class MultistageDataModule(PartitionStoreDataModule):
                     break
                 if n == 0:  # no steps: not built
                     continue
-                steps = math.ceil(n / b)
+                sizes = split_sizes(n, macro_batch_steps(n, b, world))
                 # A cut macro-batch keeps its first `left` (whole) mini-batches.
-                keep = n if steps <= left else left * b
-                left -= min(steps, left)
-                kept += keep
+                sizes = sizes[:left]
+                left -= len(sizes)
+                kept += sum(sizes)
                 if q == rank:
                     key = (epoch, len(macros), "rank", rank)
-                    macros.append(planned(c, key, None if keep == n else keep))
+                    macros.append(planned(c, key, sizes))
         return _EpochPlan(macros, int(count.sum()) - kept)
 
     def build_macro_batch(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightgraph.data import MacroBatchDataModule, MultistageDataModule, SyntheticGraph
-from lightgraph.data.batching import even_batches
+from lightgraph.data.batching import even_batches, macro_batch_steps, split_sizes
 from lightgraph.data.data_parallel import shard_batches
 from lightgraph.data.macro_batch import MacroBatchLoader
 
@@ -115,3 +115,89 @@ def test_hanoi_macro_batches_are_split_evenly(tmp_path):
         assert len(sizes) == math.ceil(sum(sizes) / 25)
         assert max(sizes) <= 25 and max(sizes) - min(sizes) <= 1
     assert any(len(s) > 1 and s[-1] != 25 for s in per_macro.values())
+
+
+@pytest.mark.parametrize(
+    ("n", "b", "world"), [(1250, 500, 2), (1250, 1000, 1), (0, 5, 3), (7, 5, 3), (100, 7, 4)]
+)
+def test_macro_batch_steps_keep_the_one_process_global_step(n, b, world):
+    steps = macro_batch_steps(n, b, world)
+    one_process = math.ceil(n / (world * b))  # one process, global batch world * b
+    # A rank trains 1/world of the macro-batches, so it takes world times as many steps on
+    # each: the global step count and the global batch size are one process's.
+    assert steps == world * one_process
+    if n:
+        assert math.ceil(n / steps) <= b  # no rank's mini-batch exceeds its batch size
+        sizes = split_sizes(n, steps)
+        assert sizes == [x.numel() for x in torch.arange(n).tensor_split(steps)]
+    assert macro_batch_steps(1250, 500, 2) == 4  # two of 625 in one process at batch 1000
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_data_parallel_hanoi_and_pbs_cut_macro_batches_by_the_global_batch(tmp_path, world):
+    """Every rank cuts a whole macro-batch of n targets into world * ceil(n / (world * b))
+    near-equal mini-batches, and every rank takes the same number of steps."""
+    b = 10
+    hanoi = MacroBatchDataModule(
+        DATASET,
+        num_parts=8,
+        parts_per_batch=2,
+        fanouts=[3, 3],
+        batch_size=b,
+        cache_dir=str(tmp_path / "hanoi"),
+    )
+    hanoi.prepare_data()
+    hanoi.setup("fit")
+    pbs = [
+        MultistageDataModule(
+            DATASET,
+            first_stage="pbs",
+            num_parts=8,
+            parts_per_batch=2,
+            history=False,
+            fanouts=[3, 3],
+            batch_size=b,
+            prefetch=False,
+            cache_dir=str(tmp_path / "pbs"),
+        )
+        for _ in range(world)
+    ]
+    steps: dict[str, list[int]] = {"hanoi": [], "pbs": []}
+    whole = 0
+    for r in range(world):
+        loader = MacroBatchLoader(
+            hanoi.store,
+            parts_per_batch=2,
+            fanouts=[3, 3],
+            batch_size=b,
+            reuse=1,
+            seed=0,
+            rank=r,
+            world_size=world,
+            prefetch=False,
+        )
+        per_macro: dict[tuple[int, ...], list[int]] = {}
+        for batch in loader:
+            per_macro.setdefault(tuple(batch.macro_parts.tolist()), []).append(batch.batch_size)
+        macros = [
+            (sizes, mb.kept == mb.targets)
+            for mb in loader.plan(0)
+            if (sizes := per_macro.get(tuple(mb.parts)))
+        ]
+        assert sum(len(s) for s, _ in macros) == sum(map(len, per_macro.values()))
+        steps["hanoi"].append(sum(map(len, per_macro.values())))
+        dm = pbs[r]
+        dm.prepare_data()
+        dm.setup("fit")
+        dm.shard = (r, world)
+        rank_pbs = _step_sizes(dm.train_loader())
+        steps["pbs"].append(sum(map(len, rank_pbs)))
+        # A rank may cut its last macro-batch short to equalise steps.
+        macros += [(sizes, k + 1 < len(rank_pbs)) for k, sizes in enumerate(rank_pbs)]
+        for sizes, is_whole in macros:
+            assert max(sizes) <= b and max(sizes) - min(sizes) <= 1
+            if is_whole:
+                whole += 1
+                assert len(sizes) == world * math.ceil(sum(sizes) / (world * b))
+    assert whole >= world  # the rule was checked on every rank
+    assert all(len(set(v)) == 1 for v in steps.values()), steps  # equal steps per rank

@@ -242,7 +242,10 @@ def test_pbs_ranks_drop_only_trailing_steps(tmp_path):
     world = 3
     cut = 0
     for r in range(world):
-        dm = _module(tmp_path, shard=(r, world), first_stage="pbs", batch_size=20)
+        # 8 partitions over 3 ranks: 3, 3 and 2 partitions, macro-batches of 2 and 1, each
+        # of 3 * ceil(n / 9) mini-batches; the ranks with 3 partitions cut into their
+        # last macro-batch.
+        dm = _module(tmp_path, shard=(r, world), first_stage="pbs", batch_size=3)
         is_train = torch.zeros(int(dm.store.part_ptr[-1]), dtype=torch.bool)
         is_train[dm.split_nodes("train")] = True
         macros: list = []
