@@ -56,6 +56,33 @@ def test_glem_loads_our_lm_with_identical_weights(bench, tmp_path) -> None:
     assert bench.lm_weight_diff(ours, glem.lm) == 0.0
 
 
+def test_glem_pooler_starts_as_identity_or_as_hugging_face_draws_it(bench, tmp_path) -> None:
+    from torch_geometric.nn.models import GCN
+
+    from lightgraph.nn import LMEncoder
+
+    torch.manual_seed(0)
+    ours = LMEncoder(
+        vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
+        max_position=12,
+    ).base_model  # fmt: skip
+    directory = bench.glem_lm_dir(ours, str(tmp_path / "lm"))
+    ids = torch.randint(5, 50, (3, 12))
+    ours.eval()
+    with torch.no_grad():
+        cls = ours(input_ids=ids).last_hidden_state[:, 0]
+    pooled = {}
+    for pooler in ("identity", "random"):
+        glem = bench.build_glem(directory, GCN(4, 8, 2, out_channels=3), 3, pooler=pooler)
+        with torch.no_grad():
+            pooled[pooler] = glem.lm.eval().base_model(input_ids=ids).pooler_output
+    # The classifier reads tanh(h_cls) with the identity pooler, something else without.
+    torch.testing.assert_close(pooled["identity"], torch.tanh(cls))
+    assert not torch.allclose(pooled["random"], torch.tanh(cls), atol=1e-3)
+    with pytest.raises(ValueError, match=r"`pooler`.*identity.*random.*'eye'"):
+        bench.build_glem(directory, GCN(4, 8, 2, out_channels=3), 3, pooler="eye")
+
+
 def test_full_graph_loader_gives_the_full_graph_outputs(bench) -> None:
     from torch_geometric.data import Data
     from torch_geometric.nn.models import GCN
@@ -82,7 +109,7 @@ def test_glem_driver_runs_on_the_recipe_setting(bench, tmp_path) -> None:
     args = argparse.Namespace(
         seed=0, setting="small", nodes=200, cache_root=str(tmp_path), workdir=str(tmp_path),
         epochs=1, glem_lm_epochs=1, glem_em_iters=1, glem_patience=3, glem_lm_lr=None,
-        glem_device="cpu",
+        glem_device="cpu", glem_pooler="identity", glem_lm_schedule=None,
         recipe_lm_epochs=None, deep_gnn="RevGCN", deep_layers=4, deep_hidden=16, deep_heads=2,
     )  # fmt: skip
     torch.set_num_threads(1)

@@ -47,6 +47,26 @@ SCHEDULES: tuple[str, ...] = ("collaborative", "sequential")
 RANK_STATE_KEY = "unitg_rank_states"
 _CACHE_BUFFERS: tuple[str, ...] = ("lm_cache", "lm_cache_exit", "lm_stamp")
 ENCODE_AT: tuple[str, ...] = ("last", "exit")
+#: How the LM's learning rate moves over its optimiser steps.
+LM_SCHEDULES: tuple[str, ...] = ("constant", "linear")
+
+
+def lm_learning_rate(step: int, total: int, peak: float, schedule: str, warmup: float) -> float:
+    """The LM's learning rate at optimiser step ``step`` (0-based) of ``total``.
+
+    ``"constant"``: ``peak`` throughout. ``"linear"``: linear warm-up over the first
+    ``W = ceil(warmup * total)`` steps (step ``s < W`` takes ``peak * (s + 1) / W``), then
+    linear decay to ``peak / (total - W)`` at the last step (step ``s >= W`` takes
+    ``peak * (total - s) / (total - W)``) -- the schedule BERT-style encoders are
+    fine-tuned with (Hugging Face's ``get_linear_schedule_with_warmup``, shifted by one
+    step so that no step has a zero rate).
+    """
+    if schedule == "constant" or total <= 0:
+        return peak
+    w = math.ceil(warmup * total)
+    if step < w:
+        return peak * (step + 1) / w
+    return peak * max(total - step, 1) / max(total - w, 1)
 
 
 @dataclass(frozen=True)
@@ -139,7 +159,14 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             (collaborative schedule; 0: only training nodes get embeddings).
         lazy_tuner: degree-quartile early exits (Eq. 5.1) instead of full depth.
         lr: GNN (and LM projection) Adam learning rate.
-        lm_lr: LM Adam learning rate.
+        lm_lr: LM Adam learning rate (the peak of ``lm_schedule``).
+        lm_schedule: ``"constant"`` (``lm_lr`` throughout) or ``"linear"``: warm-up over
+            the first ``lm_warmup`` of the LM's optimiser steps, then linear decay
+            (:func:`lm_learning_rate`). The linear schedule lets one ``lm_lr`` train LMs of
+            different widths and both the full-depth and the Lazy-Tuner LM (docs/unitg.md,
+            "The LM's learning rate").
+        lm_warmup: fraction of the LM's optimiser steps in the linear warm-up, in [0, 1)
+            (``lm_schedule="linear"`` only).
         weight_decay: Adam weight decay of both optimisers.
         encode_at: where the store's embeddings are taken: ``"last"`` (the LM's last
             layer for every node; the Lazy Tuner then only shortens fine-tuning) or
@@ -182,6 +209,8 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         lazy_tuner: bool = True,
         lr: float = 5e-3,
         lm_lr: float = 1e-3,
+        lm_schedule: str = "constant",
+        lm_warmup: float = 0.1,
         weight_decay: float = 0.0,
         lm_share: float = 0.5,
         encode_at: str = "last",
@@ -213,6 +242,14 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self.lazy_tuner = check_bool(owner, "lazy_tuner", lazy_tuner)
         check_positive(owner, "lr", lr)
         check_positive(owner, "lm_lr", lm_lr)
+        self.lm_schedule = check_choice(owner, "lm_schedule", lm_schedule, LM_SCHEDULES)
+        check_non_negative(owner, "lm_warmup", lm_warmup)
+        if lm_warmup >= 1:
+            raise ValueError(
+                f"{owner}: expected `lm_warmup` in [0, 1) (a fraction of the LM's steps) "
+                f"but got {lm_warmup}."
+            )
+        self.lm_warmup = float(lm_warmup)
         check_non_negative(owner, "weight_decay", weight_decay)
         self.lm_share = check_fraction(owner, "lm_share", lm_share)
         self.encode_at = check_choice(owner, "encode_at", encode_at, ENCODE_AT)
@@ -525,6 +562,12 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         for ``B`` training batches per LM epoch (whatever the number of GNN epochs)."""
         return self._total_steps
 
+    def lm_lr_at(self, step: int) -> float:
+        """The LM's learning rate at its optimiser step ``step`` (``lm_schedule``)."""
+        return lm_learning_rate(
+            step, self.num_lm_steps, self.hparams.lm_lr, self.lm_schedule, self.lm_warmup
+        )
+
     @property
     def lm_steps_per_epoch(self) -> int:
         """LM optimiser steps per GNN epoch: ``ceil(num_lm_steps / ceil(lm_share · J))``."""
@@ -665,6 +708,9 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self._sum_lm_gradients()
         optimizers = self.optimizers()
         assert isinstance(optimizers, list)
+        lr = self.lm_lr_at(step)
+        for group in getattr(optimizers[1], "optimizer", optimizers[1]).param_groups:
+            group["lr"] = lr
         optimizers[1].step()
         optimizers[1].zero_grad(set_to_none=True)
         self.lm_steps_done = max(self.lm_steps_done, step + 1)

@@ -185,12 +185,23 @@ def test_early_stopping_waits_for_the_lm_and_the_refresh(tmp_path) -> None:
     dm = _datamodule(tmp_path)
     module = _module(encode_at="exit", lm_share=1.0, lm_batches_per_step=1)
     # min_delta above any possible gain: a plateau from the first check on.
-    stop = CoTrainingEarlyStopping(monitor="val_acc", patience=1, min_delta=2.0)
-    trainer = _trainer(30, callbacks=[ModalitySync(), stop])
+    patience = 2
+    stop = CoTrainingEarlyStopping(monitor="val_acc", patience=patience, min_delta=2.0)
+    epochs_trained: list[int] = []
+
+    class Count(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            epochs_trained.append(trainer.current_epoch)
+
+    trainer = _trainer(30, callbacks=[ModalitySync(), stop, Count()])
     trainer.fit(module, dm)
-    assert stop.plateau_epoch is not None and stop.plateau_epoch < 3
-    # One more epoch: all remaining LM steps, the refresh, then the stop.
-    assert trainer.current_epoch == stop.plateau_epoch + 2  # epochs run
+    # The first check sets the best score; the plateau `patience` checks later, while the
+    # LM had steps left.
+    assert stop.plateau_epoch == patience
+    # The next epoch runs all remaining LM steps and the refresh; the plateau is counted
+    # afresh from there: `patience` epochs on the final embeddings, then the stop.
+    assert stop.lm_finished_epoch == stop.plateau_epoch + 1
+    assert epochs_trained[-1] == stop.lm_finished_epoch + patience - 1
     assert module.lm_steps_done == module.num_lm_steps > module.lm_steps_per_epoch * 3
     torch.testing.assert_close(
         module.store, _reference_embeddings(module, dm), atol=1e-5, rtol=1e-4
@@ -221,3 +232,49 @@ def test_modality_sync_is_a_no_op_without_an_lm_through_the_cli(tmp_path, caplog
     assert not sync.active and sync.history == []
     assert "no LM" in caplog.text
     assert cli.trainer.callback_metrics["val_acc"] > 0
+
+
+def test_lm_learning_rate_schedule_values() -> None:
+    from lightgraph.models.unitg_module import lm_learning_rate
+
+    # 10 steps, 20 % warm-up: 2 steps up to the peak, then 8 down to peak / 8.
+    got = [lm_learning_rate(s, 10, 0.8, "linear", 0.2) for s in range(10)]
+    expected = [0.4, 0.8] + [0.8 * k / 8 for k in range(8, 0, -1)]
+    assert got == pytest.approx(expected)
+    assert [lm_learning_rate(s, 10, 0.8, "constant", 0.2) for s in range(10)] == [0.8] * 10
+    # No warm-up: the decay starts at the peak.
+    assert lm_learning_rate(0, 4, 1.0, "linear", 0.0) == pytest.approx(1.0)
+    assert lm_learning_rate(3, 4, 1.0, "linear", 0.0) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_lm_steps_take_the_scheduled_learning_rate(tmp_path, schedule) -> None:
+    rates: list[float] = []
+
+    class Record(pl.Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            opt = trainer.optimizers[1]
+            opt.register_step_pre_hook(lambda o, *_: rates.append(o.param_groups[0]["lr"]))
+
+    dm = _datamodule(tmp_path)
+    module = _module(lm_schedule=schedule, lm_warmup=0.25, lm_share=1.0)
+    _trainer(3, callbacks=[Record()]).fit(module, dm)
+    total = module.num_lm_steps
+    assert len(rates) == total > 4
+    if schedule == "constant":
+        assert rates == pytest.approx([0.01] * total)
+    else:
+        warm = math.ceil(0.25 * total)
+        ramp = [0.01 * (s + 1) / warm for s in range(warm)]
+        decay = [0.01 * (total - s) / (total - warm) for s in range(warm, total)]
+        assert rates == pytest.approx(ramp + decay)
+        assert max(rates) == pytest.approx(0.01)
+
+
+def test_bad_lm_schedule_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match=r"lm_schedule.*constant.*linear.*cosine"):
+        _module(lm_schedule="cosine")
+    with pytest.raises(ValueError, match=r"lm_warmup.*\[0, 1\).*1\.0"):
+        _module(lm_warmup=1.0)
+    with pytest.raises(ValueError, match="lm_warmup"):
+        _module(lm_warmup=-0.1)
