@@ -1349,9 +1349,10 @@ def build_glem(
     GLEM classifies with the LM's sequence-classification head: a pooler (``tanh(W h_cls
     + b)``) and a linear classifier. lightgraph's encoder has neither, so ``from_pretrained``
     initialises both. A pretrained BERT ships a trained pooler; a *random* one made GLEM's
-    LM fine-tuning a lottery on this data (test accuracy after 3 epochs at lr 1e-3:
-    58 / 78 / 96 % for 3 seeds; at 3e-3: 23 / 52 / 16 %), against 97.3 / 97.5 / 97.0 % at
-    1e-3 with the pooler below (docs/benchmarks.md, "UniTG against PyG's GLEM"). ``pooler="identity"`` (default) starts the pooler at ``W = I,
+    LM fine-tuning a lottery on this data: after GLEM's 3 pre-training epochs at lr 1e-3,
+    26.5-96.5 % test accuracy over 2 seeds and the 2 settings, against 95.5-98.5 % over 3
+    seeds with the pooler below (``benchmarks/results/glem_lm_pretrain.json``;
+    docs/benchmarks.md, "UniTG against PyG's GLEM"). ``pooler="identity"`` (default) starts the pooler at ``W = I,
     b = 0`` -- the classifier then reads ``tanh(h_cls)``, close to what lightgraph's exit
     heads read; ``"random"`` keeps Hugging Face's initialisation.
     """

@@ -25,9 +25,8 @@ def bench():
     return module
 
 
-def test_glem_loads_our_lm_with_identical_weights(bench, tmp_path) -> None:
-    from torch_geometric.nn.models import GCN
-
+def _saved_lm(bench, tmp_path):
+    """A tiny lightgraph LM and the directory GLEM loads it from."""
     from lightgraph.nn import LMEncoder
 
     torch.manual_seed(0)
@@ -35,7 +34,13 @@ def test_glem_loads_our_lm_with_identical_weights(bench, tmp_path) -> None:
         vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
         max_position=12,
     ).base_model  # fmt: skip
-    directory = bench.glem_lm_dir(ours, str(tmp_path / "lm"))
+    return ours, bench.glem_lm_dir(ours, str(tmp_path / "lm"))
+
+
+def test_glem_loads_our_lm_with_identical_weights(bench, tmp_path) -> None:
+    from torch_geometric.nn.models import GCN
+
+    ours, directory = _saved_lm(bench, tmp_path)
     glem = bench.build_glem(directory, GCN(4, 8, 2, out_channels=3), num_classes=3)
     theirs = glem.lm.base_model.state_dict()
     mine = ours.state_dict()
@@ -59,14 +64,7 @@ def test_glem_loads_our_lm_with_identical_weights(bench, tmp_path) -> None:
 def test_glem_pooler_starts_as_identity_or_as_hugging_face_draws_it(bench, tmp_path) -> None:
     from torch_geometric.nn.models import GCN
 
-    from lightgraph.nn import LMEncoder
-
-    torch.manual_seed(0)
-    ours = LMEncoder(
-        vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
-        max_position=12,
-    ).base_model  # fmt: skip
-    directory = bench.glem_lm_dir(ours, str(tmp_path / "lm"))
+    ours, directory = _saved_lm(bench, tmp_path)
     ids = torch.randint(5, 50, (3, 12))
     ours.eval()
     with torch.no_grad():
