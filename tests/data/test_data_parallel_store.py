@@ -248,7 +248,8 @@ def test_hanoi_rank_resumes_from_rank_zeros_state(store, world):
         references.append(_targets(loader) + _targets(loader))
     steps = len(make(0))  # of epoch 0 (epochs differ in length)
     positions_differ = False
-    for stop in range(1, steps):
+    # Every third step (and the last): the positions still differ between the ranks.
+    for stop in sorted({*range(1, steps, 3), steps - 1}):
         states = []
         for r in range(world):
             loader = make(r)
