@@ -39,6 +39,7 @@ from lightgraph.utilities.checks import (
     check_non_negative,
     check_optional_int,
     check_positive,
+    check_rate,
     check_type,
 )
 
@@ -243,13 +244,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         check_positive(owner, "lr", lr)
         check_positive(owner, "lm_lr", lm_lr)
         self.lm_schedule = check_choice(owner, "lm_schedule", lm_schedule, LM_SCHEDULES)
-        check_non_negative(owner, "lm_warmup", lm_warmup)
-        if lm_warmup >= 1:
-            raise ValueError(
-                f"{owner}: expected `lm_warmup` in [0, 1) (a fraction of the LM's steps) "
-                f"but got {lm_warmup}."
-            )
-        self.lm_warmup = float(lm_warmup)
+        self.lm_warmup = check_rate(owner, "lm_warmup", lm_warmup)
         check_non_negative(owner, "weight_decay", weight_decay)
         self.lm_share = check_fraction(owner, "lm_share", lm_share)
         self.encode_at = check_choice(owner, "encode_at", encode_at, ENCODE_AT)
