@@ -5,12 +5,9 @@ every macro-batch ends with its own remainder. :func:`even_batches` spreads it: 
 macro-batch's targets go into ``ceil(n / batch_size)`` mini-batches whose sizes differ by
 at most one, instead of full batches and one small tail.
 
-Under data parallelism a macro-batch is trained whole by one of ``N`` ranks while the
-other ranks train macro-batches of their own, so one step of the ``N`` ranks together
-takes one mini-batch from each of ``N`` macro-batches. :func:`macro_batch_steps` gives
-such a macro-batch the number of steps that keeps the *global* step count and batch size
-of one process: ``N * ceil(n / (N * b))`` at rank batch ``b`` (one process at batch
-``N * b`` cuts it into ``ceil(n / (N * b))``, and takes ``N`` times as many macro-batches).
+Under data parallelism the ``N`` ranks train shares of the same macro-batch, together
+in the steps one process with the global batch gives it: :func:`macro_batch_steps` at
+``N * b`` (:func:`~lightgraph.data.macro_batch.shard_macro_batches`).
 """
 
 from __future__ import annotations
@@ -41,22 +38,18 @@ def even_batches(order: Tensor, batch_size: int) -> list[Tensor]:
     return list(order.tensor_split(math.ceil(n / int(batch_size))))
 
 
-def macro_batch_steps(n: int, batch_size: int, world_size: int = 1) -> int:
-    """Mini-batches of a macro-batch of ``n`` targets that one of ``world_size``
-    data-parallel ranks trains whole, at ``batch_size`` targets per rank and step.
+def macro_batch_steps(n: int, batch_size: int) -> int:
+    """Mini-batches of a macro-batch of ``n`` targets at ``batch_size``: ``ceil(n /
+    batch_size)`` (0 for ``n = 0``), as :func:`even_batches` cuts it.
 
-    ``world_size * ceil(n / (world_size * batch_size))``: one process with the same global
-    batch (``world_size * batch_size``) cuts the macro-batch into ``ceil(n / (world_size *
-    batch_size))`` steps and trains all ``world_size`` times as many macro-batches as one
-    rank does, so every rank taking this many gives the one-process epoch's step count and
-    global batch size. Plain ``ceil(n / batch_size)`` would not: with ``n = 1250`` and a
-    global batch of 1000, one process takes 2 steps of 625 per macro-batch and two ranks at
-    ``batch_size=500`` would take 3 of 417 each on half as many macro-batches (12 global
-    steps per epoch instead of 16). No mini-batch exceeds ``batch_size``. ``world_size=1``
-    gives ``ceil(n / batch_size)``; ``n = 0`` gives 0.
+    Data-parallel ranks use it at the global batch: ``N`` ranks at ``batch_size=b`` each
+    take ``macro_batch_steps(n, N * b)`` steps on their shares of a macro-batch, the steps
+    one process with the global batch ``N * b`` takes. (Cutting a whole macro-batch per
+    rank at ``b`` would not keep that count: with ``n = 1250`` and a global batch of 1000,
+    one process takes 2 steps of 625 and two ranks would take 3 of 417 each on half as many
+    macro-batches, 12 global steps per epoch instead of 16, and a point of accuracy less.)
     """
-    n, b, w = int(n), int(batch_size), int(world_size)
-    return w * math.ceil(n / (w * b))
+    return math.ceil(int(n) / int(batch_size))
 
 
 def split_sizes(n: int, count: int) -> list[int]:

@@ -19,11 +19,12 @@ resumed from :meth:`MacroBatchLoader.state_dict` yield identical batches.
 With ``adaptive_reuse`` the number of passes depends on how long reading takes, which is
 the point, and is therefore not reproducible.
 
-Under data parallelism every rank draws the same shuffle of the partitions, splits them
-into ``world_size`` groups of nearly equal training-target count (which change with the
-shuffle), and cuts *its* group, in the shuffled order, into macro-batches: each rank
-reads and reuses only its own share of the store. :func:`shard_macro_batches` is that
-plan, with the rule that gives every rank the same number of steps.
+Under data parallelism every rank draws the same shuffle of the partitions and cuts it
+into the macro-batches one process would train; each macro-batch's partitions are split
+among the ranks (balanced by training targets), every rank reads, reuses and trains only
+its share, and every global step takes one mini-batch from each rank's share of the same
+macro-batch, as one process would take its global batch from the whole macro-batch.
+:func:`shard_macro_batches` is that plan.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.batching import even_batches, macro_batch_steps, split_sizes
+from lightgraph.data.batching import even_batches, macro_batch_steps
 from lightgraph.data.data_parallel import balance_groups, check_shard
 from lightgraph.data.minibatch import make_generator, sample_minibatch
 from lightgraph.functional.neighbor_sampling import (
@@ -100,9 +101,6 @@ class MacroBatchStats:
     nodes_loaded: int = 0
     read_seconds: float = 0.0
     wait_seconds: float = 0.0
-    #: Training targets left out to give every data-parallel rank the same number of steps
-    #: (see :func:`shard_macro_batches`; counted when an epoch starts; 0 on one process).
-    dropped_targets: int = 0
     passes_per_macro_batch: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
@@ -114,7 +112,6 @@ class MacroBatchStats:
             "nodes_loaded": float(self.nodes_loaded),
             "read_seconds": self.read_seconds,
             "wait_seconds": self.wait_seconds,
-            "dropped_targets": float(self.dropped_targets),
         }
 
 
@@ -128,14 +125,13 @@ def macro_batch_schedule(
 
 @dataclass(frozen=True)
 class PlannedMacroBatch:
-    """One macro-batch of a rank's epoch: its partitions, their training targets, how
-    many of those the rank trains (all but the ones left out to equalise steps) and in how
-    many mini-batches per pass (``-1``: ``ceil(n / batch_size)`` of the ``n`` targets
-    read, when the store does not give per-partition counts)."""
+    """One macro-batch of a rank's epoch: the partitions it reads, their training targets
+    and in how many mini-batches per pass it trains them (``-1``: ``ceil(n /
+    batch_size)`` of the ``n`` targets read, when the store does not give per-partition
+    counts; ``targets`` is then ``-1`` too)."""
 
     parts: list[int]
     targets: int
-    kept: int
     steps: int = -1
 
 
@@ -146,81 +142,67 @@ def shard_macro_batches(
     batch_size: int,
     world_size: int,
 ) -> list[list[PlannedMacroBatch]]:
-    """Every rank's macro-batches of one epoch, with equal numbers of mini-batches.
+    """Every rank's macro-batches of one epoch: one process's macro-batches, each split
+    among the ranks.
 
     Args:
         perm: the epoch's shuffle of the partition ids (the same on every rank).
         counts: training targets of every partition.
-        parts_per_batch: partitions per macro-batch.
-        batch_size: targets per mini-batch.
-        world_size: number of ranks.
+        parts_per_batch: partitions per macro-batch of the ``world_size`` ranks together.
+        batch_size: targets per mini-batch and rank.
+        world_size: number of ranks ``N``.
 
-    The partitions are split into ``world_size`` groups of nearly equal target count:
-    taken in ``perm`` order, each joins the group with the fewest targets so far
-    (:func:`~lightgraph.data.data_parallel.balance_groups` with ``order=perm``), so the
-    groups change with the epoch's shuffle and their totals differ by at most the largest
-    partition's count ``w_max``. Rank ``r`` cuts its group, in ``perm`` order, into
-    macro-batches of ``parts_per_batch`` (its last one may be smaller; so is its only one
-    when it holds fewer than ``parts_per_batch`` partitions, e.g. when
-    ``parts_per_batch * world_size > num_parts``).
+    **One process's macro-batches.** ``perm`` is cut into macro-batches of
+    ``P = max(parts_per_batch, N)`` consecutive partitions, as one process cuts it
+    (:func:`macro_batch_schedule`; the same macro-batches whenever ``parts_per_batch >=
+    N``). A macro-batch with fewer than ``N`` partitions that hold training targets (the
+    last one, when ``num_parts`` is not a multiple of ``P``) joins the one before it.
 
-    **The one-process step count.** Macro-batch ``m`` with ``T_m`` targets takes
-    ``c_m = N * ceil(T_m / (N * b))`` near-equal mini-batches per pass
-    (:func:`~lightgraph.data.batching.macro_batch_steps`, ``N = world_size``): the steps
-    one process with the global batch ``N * b`` gives it, times ``N``, since each rank
-    trains only ``1 / N`` of the macro-batches. ``N`` ranks thus take about as many global
-    steps per epoch, of about the same global size, as one process (``ceil(T_m / b)``
-    would give fewer, larger ones: 12 instead of 16 on the data-parallel benchmark's
-    graph, and a point of accuracy less).
+    **Split among the ranks.** Each macro-batch's partitions are split into ``N`` shares
+    of nearly equal target count: taken in ``perm`` order, each joins the share with the
+    fewest targets so far (:func:`~lightgraph.data.data_parallel.balance_groups`; shares
+    differ by at most the largest partition's count, every share holds targets, and the
+    shares change with the epoch's shuffle).
+    Rank ``r`` reads only its share -- about ``P / N`` partitions, so ``N`` ranks on one
+    machine hold together what one process holds -- and reuses it ``reuse`` times.
 
-    **Equal steps.** Rank ``r`` has ``C_r = sum_m c_m`` mini-batches per pass and
-    ``reuse * C_r`` per epoch. Every rank trains ``C = min_r C_r`` per pass: a rank with
-    more drops its ``C_r - C`` *trailing* mini-batches of every pass, taken from its last
-    macro-batch backwards -- macro-batch ``m`` giving up ``d_m`` of them keeps the targets
-    of its first ``c_m - d_m`` (the same ones in every pass, so each kept target is still
-    trained ``reuse`` times, in ``c_m - d_m`` mini-batches), and a macro-batch that keeps
-    none is not read at all. Every mini-batch holds at most ``b`` targets, so a rank drops
-    at most ``b * (C_r - C)`` targets per epoch, which is less than ``w_max + N * b * M_r``
-    (``M_r``: the rank's macro-batches), since ``C_r < T_r / b + N * M_r``,
-    ``C >= T_min / b`` and ``T_r - T_min <= w_max``; with as many equally large
-    macro-batches on every rank (a GAP store, ``num_parts`` a multiple of ``N *
-    parts_per_batch``) it drops next to nothing. The partitions are reshuffled every
-    epoch, so other targets are dropped next time.
+    **One process's steps.** A macro-batch of ``T`` targets takes ``c = ceil(T / (N * b))``
+    steps on every rank -- the steps one process with the global batch ``N * b`` gives it
+    -- each rank cutting its share into ``c`` near-equal mini-batches (at most one per
+    target: ``c`` is capped by the smallest share). So every global step takes its ``N``
+    mini-batches from the same macro-batch, as one process does, every rank takes the same
+    number of steps by construction, and no target is left out.
+
+    Why a share of each macro-batch rather than whole macro-batches per rank: stage 2
+    samples inside the macro-batch, so a rank batch of ``b`` drawn from ``P`` partitions
+    overlaps less than one process's batch of ``N * b`` drawn from them. On the
+    data-parallel benchmark's graph (200k nodes, 64 partitions, 8 per macro-batch, global
+    batch 1000) whole macro-batches per rank made two ranks sample 1.49x the nodes and
+    1.29x the edges of one process; shares of 4 partitions sample 1.01x and 1.03x.
 
     Every rank computes every rank's plan from the same inputs: no communication.
     """
-    weights = [int(counts[p]) for p in perm]
-    groups = balance_groups(weights, world_size, order=list(range(len(weights))))
-    plans: list[list[PlannedMacroBatch]] = []
-    for group in groups:
-        parts = [int(perm[i]) for i in group]  # ascending positions: the shuffled order
-        plan = []
-        for i in range(0, len(parts), parts_per_batch):
-            chunk = parts[i : i + parts_per_batch]
-            targets = sum(int(counts[p]) for p in chunk)
-            steps = macro_batch_steps(targets, batch_size, world_size)
-            plan.append(PlannedMacroBatch(chunk, targets, targets, steps))
-        plans.append(plan)
-    steps = [sum(mb.steps for mb in plan) for plan in plans]
-    fewest = min(steps)
-    for plan, excess in zip(plans, steps, strict=True):
-        excess -= fewest
-        for m in range(len(plan) - 1, -1, -1):
-            if excess == 0:
-                break
-            mb = plan[m]
-            drop = min(mb.steps, excess)
-            if drop:
-                left = mb.steps - drop
-                kept = sum(split_sizes(mb.targets, mb.steps)[:left])
-                plan[m] = PlannedMacroBatch(mb.parts, mb.targets, kept, left)
-                excess -= drop
+    world = int(world_size)
+    size = max(int(parts_per_batch), world)
+    chunks: list[list[int]] = []
+    for i in range(0, len(perm), size):
+        chunk = [int(p) for p in perm[i : i + size]]
+        if chunks and sum(1 for p in chunk if counts[p] > 0) < world:
+            chunks[-1].extend(chunk)
+        else:
+            chunks.append(chunk)
+    if len(chunks) > 1 and sum(1 for p in chunks[0] if counts[p] > 0) < world:
+        chunks[1][:0] = chunks.pop(0)  # a first chunk short of targets joins the next
+    plans: list[list[PlannedMacroBatch]] = [[] for _ in range(world)]
+    for chunk in chunks:
+        weights = [int(counts[p]) for p in chunk]
+        shares = balance_groups(weights, world, order=list(range(len(chunk))))
+        totals = [sum(weights[i] for i in share) for share in shares]
+        steps = min(macro_batch_steps(sum(totals), world * int(batch_size)), min(totals))
+        for r, share in enumerate(shares):
+            parts = [chunk[i] for i in share]  # ascending positions: the shuffled order
+            plans[r].append(PlannedMacroBatch(parts, totals[r], steps))
     return plans
-
-
-def _is_read(mb: PlannedMacroBatch) -> bool:
-    """Whether a rank reads ``mb``: not when every one of its targets is left out."""
-    return mb.kept != 0 or mb.targets == 0
 
 
 def load_macro_batch(store: Any, parts: Sequence[int]) -> LoadedMacroBatch:
@@ -251,7 +233,8 @@ class MacroBatchLoader:
         store: a :class:`~lightgraph.data.partition_store.PartitionStore` (anything with
             ``num_parts`` and ``read_macro_batch(parts)``; with ``world_size > 1`` also
             ``mask(split)`` and ``part_ptr``, which give every partition's targets).
-        parts_per_batch: partitions per macro-batch (``b``; at most ``store.num_parts``).
+        parts_per_batch: partitions per macro-batch (``b``; at most ``store.num_parts``;
+            with several ranks, of all the ranks together).
         fanouts: stage-2 neighbours per hop, outermost first (``-1`` = all).
         batch_size: training targets per mini-batch.
         reuse: passes over each macro-batch (1 = no reuse, at most 4); with
@@ -263,14 +246,15 @@ class MacroBatchLoader:
             ``False`` reads it when needed (same batches with a fixed reuse factor).
         seed: base seed of every random draw.
         rank, world_size: this process's data-parallel shard. Every rank draws the same
-            shuffle of the partitions, takes its group of them (balanced by training
-            targets) and reads, reuses and trains only its own macro-batches; every rank
-            takes the same number of steps, trailing targets of the ranks with more being
-            left out (``stats.dropped_targets``; the rule and its bound are those of
-            :func:`shard_macro_batches`). With ``world_size > 1`` the rank joins the key of
-            every per-macro-batch random stream. Needs at least ``world_size`` partitions
-            with training targets. ``world_size=1`` (the default) is the one-process
-            loader.
+            shuffle of the partitions and cuts it into the same macro-batches of
+            ``max(parts_per_batch, world_size)`` partitions; it reads, reuses and trains
+            only its share of each (about ``1 / world_size`` of its partitions, balanced
+            by training targets), in the number of steps one process with the global
+            batch ``world_size * batch_size`` would take, so every rank takes the same
+            number of steps and no target is left out (:func:`shard_macro_batches`).
+            With ``world_size > 1`` the rank joins the key of every per-macro-batch
+            random stream. Needs at least ``world_size`` partitions with training
+            targets. ``world_size=1`` (the default) is the one-process loader.
     """
 
     def __init__(
@@ -350,11 +334,11 @@ class MacroBatchLoader:
                 self.num_parts, self.parts_per_batch, self.seed, epoch
             ):
                 if counts is None:
-                    plan.append(PlannedMacroBatch(parts, -1, -1))
+                    plan.append(PlannedMacroBatch(parts, -1))
                     continue
                 targets = sum(int(counts[p]) for p in parts)
                 steps = macro_batch_steps(targets, self.batch_size)
-                plan.append(PlannedMacroBatch(parts, targets, targets, steps))
+                plan.append(PlannedMacroBatch(parts, targets, steps))
             return plan
         return self._all_plans(epoch)[self.rank]
 
@@ -366,20 +350,9 @@ class MacroBatchLoader:
             perm.tolist(), counts, self.parts_per_batch, self.batch_size, self.world_size
         )
 
-    def dropped_targets(self, epoch: int) -> int:
-        """Training targets no rank trains in ``epoch`` (0 for one process; the same number
-        on every rank: each computes every rank's plan)."""
-        if self.world_size == 1:
-            return 0
-        return sum(mb.targets - mb.kept for plan in self._all_plans(epoch) for mb in plan)
-
-    def _read_plan(self, epoch: int) -> list[PlannedMacroBatch]:
-        """The macro-batches this rank reads in ``epoch`` (not those it leaves out)."""
-        return [mb for mb in self.plan(epoch) if _is_read(mb)]
-
     def schedule(self, epoch: int) -> list[list[int]]:
         """The partitions of every macro-batch this rank reads in ``epoch``."""
-        return [mb.parts for mb in self._read_plan(epoch)]
+        return [mb.parts for mb in self.plan(epoch)]
 
     def _target_counts(self) -> list[int] | None:
         """Training targets (non-hub training nodes) of every partition, if the store says."""
@@ -411,15 +384,6 @@ class MacroBatchLoader:
         if steps < 0:
             return even_batches(order, self.batch_size)
         return list(order.tensor_split(steps)) if steps else []
-
-    def _kept_targets(self, mb: LoadedMacroBatch, epoch: int, m: int, kept: int) -> Tensor:
-        """The ``kept`` targets of macro-batch ``m`` trained in every pass (a random
-        subset, in local order, drawn once per macro-batch)."""
-        if kept < 0 or kept >= mb.targets.numel():
-            return mb.targets
-        gen = make_generator(self.seed, *self._key("keep", epoch, m))
-        keep = torch.randperm(mb.targets.numel(), generator=gen)[:kept]
-        return mb.targets[keep.sort().values]
 
     # ------------------------------------------------------------------ iteration
     def _minibatches(
@@ -468,10 +432,7 @@ class MacroBatchLoader:
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
         start_m, start_p, start_b = self._position
-        plan = self.plan(epoch)
-        if self._step == 0 and self._position == (0, 0, 0):
-            self.stats.dropped_targets += self.dropped_targets(epoch)
-        reads = [mb for mb in plan if _is_read(mb)]
+        reads = self.plan(epoch)
         schedule = [mb.parts for mb in reads]
         pool = ThreadPoolExecutor(1, thread_name_prefix="macro-batch") if self.prefetch else None
 
@@ -494,7 +455,7 @@ class MacroBatchLoader:
                 self.stats.macro_batches += 1
                 self.stats.nodes_loaded += mb.num_nodes
                 pending = submit(m + 1)
-                targets = self._kept_targets(mb, epoch, m, reads[m].kept)
+                targets = mb.targets
                 p = start_p if m == start_m else 0
                 while True:
                     first = start_b if (m == start_m and p == start_p) else 0
@@ -553,9 +514,9 @@ class MacroBatchLoader:
 
     def _position_of(self, epoch: int, step: int) -> tuple[int, int, int]:
         """This rank's (macro-batch, pass, mini-batch) after ``step`` mini-batches of ``epoch``."""
-        for m, mb in enumerate(self._read_plan(epoch)):
+        for m, mb in enumerate(self.plan(epoch)):
             count = mb.steps
             if step < self.reuse * count:
                 return (m, step // count, step % count)
             step -= self.reuse * count
-        return (len(self._read_plan(epoch)), 0, 0)
+        return (len(self.plan(epoch)), 0, 0)

@@ -13,16 +13,15 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from lightgraph.data.batching import even_batches, macro_batch_steps, split_sizes
+from lightgraph.data.batching import even_batches, split_sizes
 from lightgraph.data.data_parallel import (
     DataParallelShard,
-    balance_groups,
     check_shard,
     data_parallel_shard,
     shard_batches,
 )
 from lightgraph.data.graph_dataset import GraphDataset
-from lightgraph.data.macro_batch import check_parts_per_batch
+from lightgraph.data.macro_batch import check_parts_per_batch, shard_macro_batches
 from lightgraph.data.minibatch import make_generator
 from lightgraph.data.multistage import (
     FIRST_STAGES,
@@ -84,12 +83,12 @@ class _PlannedMacroBatch(NamedTuple):
         seeds: LBS: the seeds stage 1 samples from; PBS: the inner training nodes
             (ascending).
         inner: PBS: the inner nodes (ascending); ``None`` for LBS.
-        order: positions in ``seeds`` in training order (PBS: cut short when the rank
-            drops trailing steps).
+        order: positions in ``seeds`` in training order.
         sizes: the mini-batch sizes along ``order`` under data parallelism (LBS: the
             rank's slices of the global batches, :func:`~lightgraph.data.data_parallel.
-            shard_batches`; PBS: :func:`~lightgraph.data.batching.macro_batch_steps`
-            near-equal ones); ``None``: :func:`~lightgraph.data.batching.even_batches`.
+            shard_batches`; PBS: the steps of
+            :func:`~lightgraph.data.macro_batch.shard_macro_batches`, near-equal);
+            ``None``: :func:`~lightgraph.data.batching.even_batches`.
     """
 
     seeds: Tensor
@@ -165,23 +164,20 @@ class MultistageDataModule(PartitionStoreDataModule):
       with batch ``b`` train the global batches of one process with batch ``N * b``. Stage 1
       samples the rank's seeds only. Each global mini-batch's ``len % N`` last seeds (at
       most ``N - 1`` per step) are dropped.
-    * PBS: the epoch's shuffled partitions are split into ``N`` groups of nearly equal
-      training-node count: taken in shuffled order, each joins the group with the fewest
-      so far (:func:`~lightgraph.data.data_parallel.balance_groups`; totals within one
-      partition's training nodes of each other); each rank cuts its partitions,
-      in shuffled order, into macro-batches of ``parts_per_batch`` and builds only those.
-      A macro-batch of ``n`` training nodes takes ``N * ceil(n / (N * batch_size))``
-      near-equal mini-batches (:func:`~lightgraph.data.batching.macro_batch_steps`): one
-      process with the global batch ``N * batch_size`` takes ``ceil(n / (N *
-      batch_size))`` on each of ``N`` times as many macro-batches, so the ranks keep its
-      global step count and batch size. The step counts are equalised by dropping the
-      trailing steps (and their targets) of the ranks with more than the fewest: a rank
-      drops at most ``w + N * batch_size * m`` targets, ``w`` the largest partition's
-      training nodes (the balance bound) and ``m`` the number of its macro-batches (a cut
-      one keeps whole mini-batches); the rank with the fewest steps drops none.
+    * PBS: the epoch's shuffled partitions are cut into one process's macro-batches (of
+      ``max(parts_per_batch, N)`` partitions) and each macro-batch's partitions are split
+      among the ranks by training-node count
+      (:func:`~lightgraph.data.macro_batch.shard_macro_batches`, as HANOI does): each rank
+      builds only its share, about ``parts_per_batch / N`` partitions. A macro-batch of
+      ``n`` training nodes takes ``ceil(n / (N * batch_size))`` steps on every rank, the
+      steps one process with the global batch ``N * batch_size`` gives it, each rank
+      cutting its share into that many near-equal mini-batches: every global step draws
+      from one macro-batch, every rank takes the same number of steps, and no target is
+      left out.
 
-    Targets no rank trains are counted in ``io_stats()["dropped_targets"]`` (the same
-    number on every rank); the order is reshuffled every epoch, so others drop next time.
+    LBS targets no rank trains are counted in ``io_stats()["dropped_targets"]`` (the same
+    number on every rank; PBS drops none); the order is reshuffled every epoch, so others
+    drop next time.
     The ranks' stage-1 and stage-2 random streams carry the rank in their keys (one process
     keeps its keys: ``N = 1`` is the one-process module, bit for bit). The history tables
     of PBS are replicated on every rank and kept equal by
@@ -457,38 +453,17 @@ class MultistageDataModule(PartitionStoreDataModule):
         if world == 1:
             groups = [parts[i : i + ppb] for i in range(0, self.num_parts, ppb)]
             return _EpochPlan([planned(g, (epoch, k), None) for k, g in enumerate(groups)], 0)
-        # Every rank computes every rank's groups and step counts (the same global plan):
-        # no communication.
+        # One process's macro-batches, each split among the ranks (shard_macro_batches, as
+        # HANOI's loader does); every rank computes every rank's plan: no communication.
         count = self._partition_train_counts()
-        # Taken in shuffled order, each partition joins the rank with the fewest training
-        # nodes so far: the ranks' partitions change every epoch.
-        weights = count[parts].tolist()
-        shares = balance_groups(weights, world, order=list(range(len(weights))))
-        cuts = [[parts[share[i : i + ppb]] for i in range(0, len(share), ppb)] for share in shares]
-        targets = [[int(count[c].sum()) for c in rank_cuts] for rank_cuts in cuts]
-        # One process's global step count and size (macro_batch_steps: N * ceil(n / (N * b))
-        # near-equal mini-batches per macro-batch).
-        budget = min(
-            sum(macro_batch_steps(n, b, world) for n in rank_targets) for rank_targets in targets
-        )
-        kept = 0
-        macros: list[_PlannedMacroBatch] = []
-        for q, (rank_cuts, rank_targets) in enumerate(zip(cuts, targets, strict=True)):
-            left = budget
-            for c, n in zip(rank_cuts, rank_targets, strict=True):
-                if left == 0:
-                    break
-                if n == 0:  # no steps: not built
-                    continue
-                sizes = split_sizes(n, macro_batch_steps(n, b, world))
-                # A cut macro-batch keeps its first `left` (whole) mini-batches.
-                sizes = sizes[:left]
-                left -= len(sizes)
-                kept += sum(sizes)
-                if q == rank:
-                    key = (epoch, len(macros), "rank", rank)
-                    macros.append(planned(c, key, sizes))
-        return _EpochPlan(macros, int(count.sum()) - kept)
+        plan = shard_macro_batches(parts.tolist(), count.tolist(), ppb, b, world)[rank]
+        macros = [
+            planned(
+                torch.tensor(mb.parts), (epoch, k, "rank", rank), split_sizes(mb.targets, mb.steps)
+            )
+            for k, mb in enumerate(plan)
+        ]
+        return _EpochPlan(macros, 0)
 
     def build_macro_batch(
         self, epoch: int, k: int, shard: DataParallelShard | None = None

@@ -431,7 +431,8 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         eval_fanouts, eval_batch_size, cache_dir, seed, memory_budget: see
             :class:`PartitionStoreDataModule`.
         parts_per_batch: partitions per macro-batch (``b``; the memory budget is about
-            ``b / num_parts`` of the graph plus the hubs, twice with double buffering).
+            ``b / num_parts`` of the graph plus the hubs, twice with double buffering;
+            with ``N`` data-parallel ranks, of the ranks together).
         fanouts: stage-2 neighbours per hop (thesis default 15, 10, 5).
         batch_size: training nodes per mini-batch (thesis default 1000).
         reuse: passes over each macro-batch, in [1, 4] (the most passes with
@@ -441,14 +442,14 @@ class MacroBatchDataModule(PartitionStoreDataModule):
             different numbers of steps; use a fixed ``reuse`` there).
         prefetch: read the next macro-batch in a background thread.
 
-    With ``N`` data-parallel ranks each rank reads, reuses and trains only its own
-    macro-batches, cut from its group of the epoch's partitions (balanced by training
-    targets); trailing targets of the ranks with more steps are left out so that every
-    rank takes the same number of steps (``io_stats()["dropped_targets"]``; rule and bound
-    in :func:`~lightgraph.data.macro_batch.shard_macro_batches`). The drops stay small
-    when every rank gets the same number of equally large macro-batches: a GAP store
-    (target-balanced partitions) with ``num_parts`` a multiple of
-    ``N * parts_per_batch``.
+    With ``N`` data-parallel ranks the epoch's macro-batches are one process's (of
+    ``max(parts_per_batch, N)`` partitions), each split among the ranks by training
+    targets: every rank reads, reuses and trains only its share (about
+    ``parts_per_batch / N`` partitions, so the ranks of one machine hold together what one
+    process holds), in the steps one process with the global batch ``N * batch_size``
+    takes. Every rank takes the same number of steps, every global step draws from one
+    macro-batch, and no target is left out
+    (:func:`~lightgraph.data.macro_batch.shard_macro_batches`).
     """
 
     def __init__(

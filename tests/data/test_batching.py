@@ -1,5 +1,6 @@
 """Mini-batches of a macro-batch: near-equal sizes, no small tail, in HANOI's and JOESTAR's
-loaders and in the data-parallel slices of JOESTAR-I."""
+loaders, and the data-parallel shares of them (JOESTAR-I's slices, HANOI's and PBS's
+shares of one process's macro-batches)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from lightgraph.data import MacroBatchDataModule, MultistageDataModule, SyntheticGraph
 from lightgraph.data.batching import even_batches, macro_batch_steps, split_sizes
 from lightgraph.data.data_parallel import shard_batches
-from lightgraph.data.macro_batch import MacroBatchLoader
+from lightgraph.data.macro_batch import MacroBatchLoader, shard_macro_batches
 
 DATASET = SyntheticGraph(num_nodes=900, avg_degree=6, num_features=8, train_ratio=0.3, seed=4)
 
@@ -118,86 +119,126 @@ def test_hanoi_macro_batches_are_split_evenly(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("n", "b", "world"), [(1250, 500, 2), (1250, 1000, 1), (0, 5, 3), (7, 5, 3), (100, 7, 4)]
+    ("counts", "ppb", "world", "b", "chunks"),
+    [
+        ([100] * 8, 4, 2, 50, [4, 4]),  # one process's macro-batches, 2 + 2 partitions
+        ([100] * 8, 2, 3, 40, [3, 5]),  # max(ppb, N) = 3; the short last one joins
+        ([100] * 10, 4, 3, 10, [4, 6]),  # 2 partitions left over: fewer than N
+        ([100, 0, 0, 100, 100, 0, 100, 100], 2, 2, 30, [4, 4]),  # empty partitions
+        ([1, 1, 1, 500, 1, 1], 3, 3, 100, [3, 3]),  # capped: one target a mini-batch at most
+    ],
 )
-def test_macro_batch_steps_keep_the_one_process_global_step(n, b, world):
-    steps = macro_batch_steps(n, b, world)
-    one_process = math.ceil(n / (world * b))  # one process, global batch world * b
-    # A rank trains 1/world of the macro-batches, so it takes world times as many steps on
-    # each: the global step count and the global batch size are one process's.
-    assert steps == world * one_process
-    if n:
-        assert math.ceil(n / steps) <= b  # no rank's mini-batch exceeds its batch size
-        sizes = split_sizes(n, steps)
-        assert sizes == [x.numel() for x in torch.arange(n).tensor_split(steps)]
-    assert macro_batch_steps(1250, 500, 2) == 4  # two of 625 in one process at batch 1000
+def test_shard_macro_batches_split_one_process_macro_batches(counts, ppb, world, b, chunks):
+    perm = torch.randperm(len(counts), generator=torch.Generator().manual_seed(1)).tolist()
+    plans = shard_macro_batches(perm, counts, ppb, b, world)
+    assert len({len(plan) for plan in plans}) == 1 and len(plans[0]) == len(chunks)
+    start = 0
+    for m, size in enumerate(chunks):
+        chunk = perm[start : start + size]  # consecutive partitions of the shuffle
+        start += size
+        shares = [plan[m] for plan in plans]
+        assert sorted(sum((mb.parts for mb in shares), [])) == sorted(chunk)
+        for mb in shares:  # a share keeps the shuffled order
+            assert mb.parts == [p for p in chunk if p in mb.parts]
+            assert mb.targets == sum(counts[p] for p in mb.parts) > 0
+        totals = [mb.targets for mb in shares]
+        assert max(totals) - min(totals) <= max(counts[p] for p in chunk)
+        # One process's steps at the global batch (ceil), at most one per target of a share.
+        steps = min(math.ceil(sum(totals) / (world * b)), min(totals))
+        assert {mb.steps for mb in shares} == {steps}
+    assert start == len(perm)
+    assert macro_batch_steps(1250, 1000) == 2 and macro_batch_steps(0, 5) == 0
+    assert split_sizes(1250, 3) == [x.numel() for x in torch.arange(1250).tensor_split(3)]
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_data_parallel_hanoi_and_pbs_cut_macro_batches_by_the_global_batch(tmp_path, world):
-    """Every rank cuts a whole macro-batch of n targets into world * ceil(n / (world * b))
-    near-equal mini-batches, and every rank takes the same number of steps."""
-    b = 10
-    hanoi = MacroBatchDataModule(
+def _hanoi_steps(store, ppb: int, b: int, rank: int = 0, world: int = 1):
+    """``(partitions of the macro-batch, targets)`` of every step of one HANOI epoch."""
+    loader = MacroBatchLoader(
+        store, ppb, [3, 3], b, reuse=1, seed=0, rank=rank, world_size=world, prefetch=False
+    )
+    return [
+        (frozenset(batch.macro_parts.tolist()), batch.n_id[: batch.batch_size].tolist())
+        for batch in loader
+    ]
+
+
+def _pbs_steps(tmp_path, ppb: int, b: int, rank: int = 0, world: int = 1):
+    """``(partitions of the macro-batch, targets)`` of every step of one PBS epoch."""
+    dm = MultistageDataModule(
         DATASET,
+        first_stage="pbs",
         num_parts=8,
-        parts_per_batch=2,
+        parts_per_batch=ppb,
+        history=False,
         fanouts=[3, 3],
         batch_size=b,
-        cache_dir=str(tmp_path / "hanoi"),
+        prefetch=False,
+        cache_dir=str(tmp_path / "pbs"),
     )
-    hanoi.prepare_data()
-    hanoi.setup("fit")
-    pbs = [
-        MultistageDataModule(
+    dm.prepare_data()
+    dm.setup("fit")
+    dm.shard = (rank, world)
+    ptr = dm.store.part_ptr.tolist()
+    part = torch.cat([torch.full((ptr[p + 1] - ptr[p],), p) for p in range(dm.num_parts)])
+    out = []
+    for step in dm.train_loader():
+        inner = step.macro.node[: step.macro.num_inner]
+        out.append((frozenset(part[inner].tolist()), step.macro.node[step.seeds].tolist()))
+    return out
+
+
+@pytest.mark.parametrize("system", ["hanoi", "pbs"])
+@pytest.mark.parametrize(("world", "ppb"), [(2, 2), (3, 4)])
+def test_data_parallel_ranks_take_one_process_global_steps(tmp_path, system, world, ppb):
+    """N ranks at batch b train one process's epoch at batch N * b: at every step the
+    ranks' mini-batches are disjoint shares of the macro-batch one process trains at that
+    step, and together they train each of its targets once."""
+    b = 10
+    if system == "hanoi":
+        dm = MacroBatchDataModule(
             DATASET,
-            first_stage="pbs",
             num_parts=8,
-            parts_per_batch=2,
-            history=False,
+            parts_per_batch=ppb,
             fanouts=[3, 3],
             batch_size=b,
-            prefetch=False,
-            cache_dir=str(tmp_path / "pbs"),
+            cache_dir=str(tmp_path / "hanoi"),
         )
-        for _ in range(world)
-    ]
-    steps: dict[str, list[int]] = {"hanoi": [], "pbs": []}
-    whole = 0
-    for r in range(world):
-        loader = MacroBatchLoader(
-            hanoi.store,
-            parts_per_batch=2,
-            fanouts=[3, 3],
-            batch_size=b,
-            reuse=1,
-            seed=0,
-            rank=r,
-            world_size=world,
-            prefetch=False,
-        )
-        per_macro: dict[tuple[int, ...], list[int]] = {}
-        for batch in loader:
-            per_macro.setdefault(tuple(batch.macro_parts.tolist()), []).append(batch.batch_size)
-        macros = [
-            (sizes, mb.kept == mb.targets)
-            for mb in loader.plan(0)
-            if (sizes := per_macro.get(tuple(mb.parts)))
-        ]
-        assert sum(len(s) for s, _ in macros) == sum(map(len, per_macro.values()))
-        steps["hanoi"].append(sum(map(len, per_macro.values())))
-        dm = pbs[r]
         dm.prepare_data()
         dm.setup("fit")
-        dm.shard = (r, world)
-        rank_pbs = _step_sizes(dm.train_loader())
-        steps["pbs"].append(sum(map(len, rank_pbs)))
-        # A rank may cut its last macro-batch short to equalise steps.
-        macros += [(sizes, k + 1 < len(rank_pbs)) for k, sizes in enumerate(rank_pbs)]
-        for sizes, is_whole in macros:
-            assert max(sizes) <= b and max(sizes) - min(sizes) <= 1
-            if is_whole:
-                whole += 1
-                assert len(sizes) == world * math.ceil(sum(sizes) / (world * b))
-    assert whole >= world  # the rule was checked on every rank
-    assert all(len(set(v)) == 1 for v in steps.values()), steps  # equal steps per rank
+
+        def steps(rank: int = 0, world: int = 1, batch: int = b):
+            return _hanoi_steps(dm.store, ppb, batch, rank, world)
+    else:
+
+        def steps(rank: int = 0, world: int = 1, batch: int = b):
+            return _pbs_steps(tmp_path, ppb, batch, rank, world)
+
+    one = steps(batch=world * b)  # the reference: one process, the global batch
+    ranks = [steps(r, world) for r in range(world)]
+    assert all(len(mine) == len(one) for mine in ranks)  # one process's step count
+    for i, (parts, _targets) in enumerate(one):
+        shares = [mine[i] for mine in ranks]
+        assert frozenset().union(*(p for p, _ in shares)) == parts  # the same macro-batch
+        for r in range(world):
+            for s in range(r):
+                assert not shares[r][0] & shares[s][0]  # each partition read by one rank
+
+    # Per macro-batch: the ranks' targets together are exactly one process's.
+    def by_macro(seq):
+        out: dict[frozenset, list[int]] = {}
+        for parts, targets in seq:
+            out.setdefault(parts, []).extend(targets)
+        return out
+
+    reference = by_macro(one)
+    merged: dict[frozenset, list[int]] = {}
+    for mine in ranks:
+        sizes: dict[frozenset, list[int]] = {}
+        for parts, targets in mine:
+            sizes.setdefault(parts, []).append(len(targets))
+        # A rank cuts its share into near-equal mini-batches.
+        assert all(max(v) - min(v) <= 1 for v in sizes.values())
+        for parts, targets in by_macro(mine).items():
+            whole = next(k for k in reference if parts <= k)
+            merged.setdefault(whole, []).extend(targets)
+    assert {k: sorted(v) for k, v in merged.items()} == {k: sorted(v) for k, v in reference.items()}
