@@ -121,3 +121,10 @@ def test_glem_driver_runs_on_the_recipe_setting(bench, tmp_path) -> None:
         assert 0.0 <= result[key] <= 1.0
     assert result["glem_final_test_acc"] >= result["chosen_test_acc"]
     assert result["makespan_s"] >= result["lm_time_total"] + result["gnn_time_total"]
+    # The table's time breakdown: disjoint parts that add up to the makespan.
+    parts = bench._breakdown({**result, "kind": "glem"})
+    assert set(parts) == {"lm", "gnn", "sync", "bubbles", "other"}
+    assert all(v >= 0.0 for v in parts.values()) and parts["bubbles"] == 0.0
+    assert parts["sync"] > 0.0  # the GNN input's encoding and the pseudo-label inferences
+    total = parts["lm"] + parts["gnn"] + parts["sync"] + parts["other"]
+    assert total == pytest.approx(result["makespan_s"])

@@ -142,7 +142,11 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     Logged every epoch (identical on every rank): ``train_loss`` (GNN), ``lm_loss``,
     ``val_loss``, ``val_acc``, ``test_acc``, ``lm_time`` / ``gnn_time`` (seconds of the
     epoch, the slowest rank), ``lm_time_total`` / ``gnn_time_total`` (since the start of
-    the run), ``lm_bubble_time_total``, and with an LM ``lm_val_acc`` / ``lm_test_acc``
+    the run), ``lm_bubble_time_total``, ``sync_time_total`` (the slowest rank's
+    :meth:`sync_embeddings` calls, up to the previous epoch's end: the syncs run after
+    the epoch's logging; :attr:`totals` holds the running sums, with ``refresh_time``, the
+    store refresh by the finished LM, which ``lm_time`` includes), and with an LM
+    ``lm_val_acc`` / ``lm_test_acc``
     (:meth:`lm_accuracy`) and ``encoded_fraction``: the fraction
     of nodes whose GNN input is an LM embedding, at the end of the epoch (after a
     :class:`~lightgraph.callbacks.ModalitySync` sync or the sequential schedule's
@@ -303,7 +307,13 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self._lm_loss_sum = 0.0
         self._lm_loss_count = 0
         self._lm_seconds = 0.0
-        self.totals = {"lm_time": 0.0, "gnn_time": 0.0, "lm_bubble_time": 0.0}
+        self.totals = {
+            "lm_time": 0.0,
+            "gnn_time": 0.0,
+            "lm_bubble_time": 0.0,
+            "sync_time": 0.0,
+            "refresh_time": 0.0,
+        }
         self._lm_bubble_seconds = 0.0
         #: Runs this rank's LM jobs in the pipeline bubbles (flow-parallel, bubble_interleave).
         self.interleaver: BubbleInterleaver | None = None
@@ -777,7 +787,11 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         """
         if self.lm is None:
             raise RuntimeError("UniTGModule.sync_embeddings: there is no LM (lm=None).")
-        return self._sync(check=self.sync_check and self.schedule == "collaborative")
+        start = time.perf_counter()
+        try:
+            return self._sync(check=self.sync_check and self.schedule == "collaborative")
+        finally:
+            self.totals["sync_time"] += time.perf_counter() - start
 
     @torch.no_grad()
     def _sync(self, check: bool) -> float:
@@ -981,7 +995,9 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         (the round-robin cache holds embeddings of earlier LM states)."""
         start = time.perf_counter()
         self.encode_all()
-        self._lm_seconds += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self._lm_seconds += seconds
+        self.totals["refresh_time"] += seconds
 
     def _gnn_step(self, gnn_opt: Any, lm_step: int | None) -> float:
         graph = self._graph
@@ -1024,6 +1040,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 self._lm_seconds + self._lm_bubble_seconds,
                 gnn_seconds,
                 self._lm_bubble_seconds,
+                self.totals["sync_time"],
             ],
             dtype=torch.float64,
             device=self.device,  # all-reduced below: on the compute device
@@ -1035,7 +1052,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             times = stats[2:].clone()
             dist.all_reduce(times, op=dist.ReduceOp.MAX)
             stats = torch.cat([sums, times])
-        lm_loss_sum, lm_count, lm_seconds, gnn_s, bubble_s = stats.tolist()
+        lm_loss_sum, lm_count, lm_seconds, gnn_s, bubble_s, sync_total = stats.tolist()
         self.totals["lm_time"] += lm_seconds
         self.totals["gnn_time"] += gnn_s
         self.totals["lm_bubble_time"] += bubble_s
@@ -1046,6 +1063,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             "lm_time_total": self.totals["lm_time"],
             "gnn_time_total": self.totals["gnn_time"],
             "lm_bubble_time_total": self.totals["lm_bubble_time"],
+            "sync_time_total": sync_total,  # the slowest rank's
         }
         if lm_count:
             values["lm_loss"] = lm_loss_sum / lm_count

@@ -278,3 +278,54 @@ def test_bad_lm_schedule_arguments_are_named() -> None:
         _module(lm_warmup=1.0)
     with pytest.raises(ValueError, match="lm_warmup"):
         _module(lm_warmup=-0.1)
+
+
+def test_sync_and_refresh_times_are_accounted(tmp_path) -> None:
+    """``totals["sync_time"]`` sums the time inside ``sync_embeddings`` and
+    ``totals["refresh_time"]`` the store refresh by the finished LM (part of LM time): a
+    known delay injected into each is found in the sums, and the logged
+    ``sync_time_total`` is the sum up to the logging epoch."""
+    import time
+
+    dm = _datamodule(tmp_path)
+    module = _module(lm_share=0.5)
+    delay = 0.05
+    calls = {"sync": 0, "encode": 0}
+    outer = {"sync": 0.0}
+    sync, encode_all = module._sync, module.encode_all
+
+    def slow_sync(check):
+        calls["sync"] += 1
+        time.sleep(delay)
+        return sync(check)
+
+    def slow_encode_all():
+        calls["encode"] += 1
+        time.sleep(delay)
+        encode_all()
+
+    module._sync = slow_sync
+    module.encode_all = slow_encode_all
+    original = module.sync_embeddings
+
+    def timed_sync_embeddings():
+        start = time.perf_counter()
+        try:
+            return original()
+        finally:
+            outer["sync"] += time.perf_counter() - start
+
+    module.sync_embeddings = timed_sync_embeddings
+    at_start: list[float] = []
+
+    class Record(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            at_start.append(pl_module.totals["sync_time"])
+
+    trainer = _trainer(4, callbacks=[ModalitySync(ladder=[0.25]), Record()])  # every epoch
+    trainer.fit(module, dm)
+    assert calls["sync"] >= 2 and calls["encode"] == 1  # one refresh: the LM finished
+    assert delay * calls["sync"] <= module.totals["sync_time"] <= outer["sync"]
+    assert module.totals["refresh_time"] >= delay
+    assert float(trainer.callback_metrics["lm_time_total"]) >= module.totals["refresh_time"]
+    assert float(trainer.callback_metrics["sync_time_total"]) == pytest.approx(at_start[-1])
