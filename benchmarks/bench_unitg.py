@@ -300,6 +300,9 @@ def _stopwatch(path: str):  # noqa: ANN202 - a Lightning callback, built lazily
             info["train_s"] = info["train_end"] - info["train_start"]
             info["rank"] = trainer.global_rank
             info["world"] = trainer.world_size
+            totals = getattr(pl_module, "totals", None)
+            if isinstance(totals, dict):  # UniTGModule's running time sums, this rank's
+                info["totals"] = {k: float(v) for k, v in totals.items()}
             context = getattr(pl_module, "parallel_context", None)
             pipe = getattr(context, "flow_pipeline", None)
             if pipe is not None and pipe.built:
@@ -446,10 +449,12 @@ def worker_e2e(args: argparse.Namespace, kind: str, name: str) -> dict[str, Any]
             values = [r[key] for r in ranks if key in r]
             if values:
                 result[key + "_per_rank"] = values
-    # This rank's ModalitySync syncs and the store refresh by the finished LM (inside
-    # lm_time_total): the "sync" of the GLEM table's time breakdown.
-    result["sync_s"] = float(module.totals.get("sync_time", 0.0))
-    result["refresh_s"] = float(module.totals.get("refresh_time", 0.0))
+    # ModalitySync's syncs and the store refresh by the finished LM (inside
+    # lm_time_total), the slowest rank's: the "sync" of the GLEM table's time breakdown.
+    # Read from the ranks' own modules (a spawned rank 0 is not this process's module).
+    totals = [r["totals"] for r in ranks if "totals" in r] or [module.totals]
+    result["sync_s"] = max(float(t.get("sync_time", 0.0)) for t in totals)
+    result["refresh_s"] = max(float(t.get("refresh_time", 0.0)) for t in totals)
     if kind == "lazy":
         result["encode_all_s"] = encode_s[0]
         result["lm_finetune_s"] = result.get("lm_time_total", 0.0) - encode_s[0]
