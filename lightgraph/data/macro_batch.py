@@ -184,14 +184,18 @@ def shard_macro_batches(
     """
     world = int(world_size)
     size = max(int(parts_per_batch), world)
+
+    def short(chunk: list[int]) -> bool:  # fewer than N partitions that hold targets
+        return sum(1 for p in chunk if counts[p] > 0) < world
+
     chunks: list[list[int]] = []
     for i in range(0, len(perm), size):
         chunk = [int(p) for p in perm[i : i + size]]
-        if chunks and sum(1 for p in chunk if counts[p] > 0) < world:
+        if chunks and short(chunk):
             chunks[-1].extend(chunk)
         else:
             chunks.append(chunk)
-    if len(chunks) > 1 and sum(1 for p in chunks[0] if counts[p] > 0) < world:
+    if len(chunks) > 1 and short(chunks[0]):
         chunks[1][:0] = chunks.pop(0)  # a first chunk short of targets joins the next
     plans: list[list[PlannedMacroBatch]] = [[] for _ in range(world)]
     for chunk in chunks:
@@ -514,9 +518,10 @@ class MacroBatchLoader:
 
     def _position_of(self, epoch: int, step: int) -> tuple[int, int, int]:
         """This rank's (macro-batch, pass, mini-batch) after ``step`` mini-batches of ``epoch``."""
-        for m, mb in enumerate(self.plan(epoch)):
+        plan = self.plan(epoch)
+        for m, mb in enumerate(plan):
             count = mb.steps
             if step < self.reuse * count:
                 return (m, step // count, step % count)
             step -= self.reuse * count
-        return (len(self.plan(epoch)), 0, 0)
+        return (len(plan), 0, 0)
