@@ -27,6 +27,12 @@ Run::
     python benchmarks/bench_data_parallel.py                      # all four systems
     python benchmarks/bench_data_parallel.py --systems ns --repeats 1
     python benchmarks/bench_data_parallel.py --dry-run            # tiny graph, 2 epochs
+    python benchmarks/bench_data_parallel.py --systems hanoi hanoi_targets --layouts 1x1 2x1
+
+``hanoi`` splits every macro-batch's partitions among the ranks (``rank_share=
+"partitions"``, the default); ``hanoi_targets`` has every rank read the whole macro-batch
+and train its slice of each global batch (``rank_share="targets"``). ``--override
+KEY=VALUE`` adds a CLI override to every run (e.g. ``data.init_args.parts_per_batch=4``).
 
 On GPUs (one process per GPU, NCCL): ``--accelerator gpu`` compares one GPU (``1x1``) with two (``2x1``)::
 
@@ -54,6 +60,15 @@ SYSTEMS: dict[str, tuple[str, list[str]]] = {
     # Adaptive reuse lets each rank decide its own number of passes, which DDP cannot
     # allow (unequal step counts hang): data-parallel HANOI uses a fixed reuse factor.
     "hanoi": ("hanoi.yaml", ["--data.init_args.adaptive_reuse=false", "--data.init_args.reuse=1"]),
+    # Every rank reads the whole macro-batch and trains a slice of each global batch.
+    "hanoi_targets": (
+        "hanoi.yaml",
+        [
+            "--data.init_args.adaptive_reuse=false",
+            "--data.init_args.reuse=1",
+            "--data.init_args.rank_share=targets",
+        ],
+    ),
     "joestar_i": ("joestar.yaml", ["--data.init_args.num_sampler_threads=1"]),
     "joestar_ii": ("joestar_pbs.yaml", []),
     # The history replicas meet once per epoch (an exact refresh) instead of every step.
@@ -82,8 +97,9 @@ def worker_args(args: argparse.Namespace, system: str, ranks: int) -> list[str]:
         f"--seed_everything={args.seed}",
         f"--data.init_args.seed={args.seed}",
         *extra,
+        *(f"--{o}" for o in args.override),
     ]
-    if ranks > 1:
+    if ranks > 1 and not any(o.startswith("trainer.strategy") for o in args.override):
         out.append("--trainer.strategy=ddp")
     return out
 
@@ -168,6 +184,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="seed_everything and the data module's seed (the graph stays the same)",
     )
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra CLI override for every run, e.g. data.init_args.parts_per_batch=4 "
+        "(repeatable)",
+    )
     p.add_argument("--systems", nargs="*", default=list(SYSTEMS), choices=list(SYSTEMS))
     p.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=list(LAYOUTS))
     p.add_argument("--accelerator", default="cpu")
@@ -203,7 +227,16 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {
         "config": {
             k: getattr(args, k)
-            for k in ("num_nodes", "avg_degree", "train_ratio", "global_batch", "epochs", "repeats")
+            for k in (
+                "num_nodes",
+                "avg_degree",
+                "train_ratio",
+                "global_batch",
+                "epochs",
+                "repeats",
+                "seed",
+                "override",
+            )
         },
         "machine": f"{os.cpu_count()} CPU cores, torch {args.accelerator}",
         "runs": {},
@@ -244,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
                     str(args.epochs),
                     "--accelerator",
                     args.accelerator,
+                    *(f"--override={o}" for o in args.override),
                 ]
                 env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
                 tic = time.perf_counter()

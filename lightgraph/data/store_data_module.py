@@ -63,7 +63,12 @@ from lightgraph.data.graph_dataset import (
     validate_graph,
 )
 from lightgraph.data.hubs import select_hubs, select_hubs_on_disk
-from lightgraph.data.macro_batch import MacroBatchLoader, check_parts_per_batch, check_reuse
+from lightgraph.data.macro_batch import (
+    RANK_SHARES,
+    MacroBatchLoader,
+    check_parts_per_batch,
+    check_reuse,
+)
 from lightgraph.data.minibatch import NeighborSamplingLoader
 from lightgraph.data.multistage import tensor_bytes
 from lightgraph.data.on_disk import OnDiskGraph
@@ -441,15 +446,23 @@ class MacroBatchDataModule(PartitionStoreDataModule):
             (one process only: with several data-parallel ranks the ranks would take
             different numbers of steps; use a fixed ``reuse`` there).
         prefetch: read the next macro-batch in a background thread.
+        rank_share: what ``N`` data-parallel ranks divide in every macro-batch,
+            ``"partitions"`` (default) or ``"targets"`` (below).
 
-    With ``N`` data-parallel ranks the epoch's macro-batches are one process's (of
-    ``max(parts_per_batch, N)`` partitions), each split among the ranks by training
-    targets: every rank reads, reuses and trains only its share (about
-    ``parts_per_batch / N`` partitions, so the ranks of one machine hold together what one
-    process holds), in the steps one process with the global batch ``N * batch_size``
-    takes. Every rank takes the same number of steps, every global step draws from one
-    macro-batch, and no target is left out
-    (:func:`~lightgraph.data.macro_batch.shard_macro_batches`).
+    With ``N`` data-parallel ranks the epoch's macro-batches are one process's, and every
+    rank takes the steps one process with the global batch ``N * batch_size`` takes:
+
+    * ``rank_share="partitions"``: each macro-batch (of ``max(parts_per_batch, N)``
+      partitions) is split among the ranks by training targets; every rank reads, reuses
+      and trains only its share (about ``parts_per_batch / N`` partitions, so the ranks of
+      one machine hold together what one process holds). No target is left out
+      (:func:`~lightgraph.data.macro_batch.shard_macro_batches`). A rank samples inside its
+      share only: the edges between two ranks' shares are lost to training (the cost in
+      test accuracy is measured in docs/benchmarks.md, "Data-parallel sampled training").
+    * ``rank_share="targets"``: every rank reads the whole macro-batch and trains its
+      slice of each of one process's global mini-batches, so the ranks sample as one
+      process does, at ``N`` times one process's reads and macro-batch memory per machine.
+      At most ``N - 1`` targets per global step wait for the next epoch.
     """
 
     def __init__(
@@ -471,6 +484,7 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
         memory_budget: int | None = None,
+        rank_share: str = "partitions",
     ) -> None:
         super().__init__(
             dataset,
@@ -492,6 +506,7 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         self.reuse = check_reuse(owner, reuse)
         self.adaptive_reuse = check_bool(owner, "adaptive_reuse", adaptive_reuse)
         self.prefetch = check_bool(owner, "prefetch", prefetch)
+        self.rank_share = check_choice(owner, "rank_share", rank_share, RANK_SHARES)
         self._train_loader: MacroBatchLoader | None = None
 
     def training_memory(self) -> dict[str, int]:
@@ -576,6 +591,7 @@ class MacroBatchDataModule(PartitionStoreDataModule):
                 seed=self.seed,
                 rank=rank,
                 world_size=world_size,
+                rank_share=self.rank_share,
             )
         return self._train_loader
 

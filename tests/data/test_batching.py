@@ -151,10 +151,10 @@ def test_shard_macro_batches_split_one_process_macro_batches(counts, ppb, world,
     assert split_sizes(1250, 3) == [x.numel() for x in torch.arange(1250).tensor_split(3)]
 
 
-def _hanoi_steps(store, ppb: int, b: int, rank: int = 0, world: int = 1):
+def _hanoi_steps(store, ppb: int, b: int, rank: int = 0, world: int = 1, reuse: int = 1, **kwargs):
     """``(partitions of the macro-batch, targets)`` of every step of one HANOI epoch."""
     loader = MacroBatchLoader(
-        store, ppb, [3, 3], b, reuse=1, seed=0, rank=rank, world_size=world, prefetch=False
+        store, ppb, [3, 3], b, reuse=reuse, seed=0, rank=rank, world_size=world, **kwargs
     )
     return [
         (frozenset(batch.macro_parts.tolist()), batch.n_id[: batch.batch_size].tolist())
@@ -207,7 +207,7 @@ def test_data_parallel_ranks_take_one_process_global_steps(tmp_path, system, wor
         dm.setup("fit")
 
         def steps(rank: int = 0, world: int = 1, batch: int = b):
-            return _hanoi_steps(dm.store, ppb, batch, rank, world)
+            return _hanoi_steps(dm.store, ppb, batch, rank, world, prefetch=False)
     else:
 
         def steps(rank: int = 0, world: int = 1, batch: int = b):
@@ -242,3 +242,43 @@ def test_data_parallel_ranks_take_one_process_global_steps(tmp_path, system, wor
             whole = next(k for k in reference if parts <= k)
             merged.setdefault(whole, []).extend(targets)
     assert {k: sorted(v) for k, v in merged.items()} == {k: sorted(v) for k, v in reference.items()}
+
+
+@pytest.mark.parametrize(("world", "ppb"), [(2, 2), (3, 3)])
+def test_hanoi_ranks_sharing_targets_train_slices_of_one_process_global_batches(
+    tmp_path, world, ppb
+):
+    """``rank_share="targets"``: every rank reads one process's whole macro-batch, and
+    its step ``i`` is the ``r``-th of ``N`` equal slices of one process's mini-batch ``i``
+    at the global batch ``N * b`` (reuse passes included); at most ``N - 1`` targets of
+    a global batch are nobody's."""
+    b = 10
+    dm = MacroBatchDataModule(
+        DATASET, num_parts=8, fanouts=[3, 3], cache_dir=str(tmp_path / "hanoi")
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    one = _hanoi_steps(dm.store, ppb, world * b, reuse=2)  # the reference: one process
+    ranks = [
+        _hanoi_steps(dm.store, ppb, b, r, world, reuse=2, rank_share="targets", prefetch=r == 0)
+        for r in range(world)
+    ]
+    assert len(one) > 4 and all(len(mine) == len(one) for mine in ranks)
+    for i, (parts, targets) in enumerate(one):
+        per = len(targets) // world
+        assert per >= 1 and len(targets) - world * per < world
+        for r, mine in enumerate(ranks):
+            assert mine[i][0] == parts  # the whole macro-batch
+            assert mine[i][1] == targets[r * per : (r + 1) * per]
+
+
+def test_rank_share_is_checked(tmp_path):
+    dm = MacroBatchDataModule(
+        DATASET, num_parts=8, fanouts=[3, 3], cache_dir=str(tmp_path / "hanoi")
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    with pytest.raises(ValueError, match="rank_share.*'partitions', 'targets'.*'nodes'"):
+        MacroBatchLoader(dm.store, 2, [3, 3], 10, rank_share="nodes")
+    with pytest.raises(ValueError, match="rank_share.*'nodes'"):
+        MacroBatchDataModule(DATASET, rank_share="nodes")

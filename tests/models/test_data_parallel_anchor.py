@@ -5,8 +5,10 @@ L-hop neighbourhoods, no randomness), ``N`` ranks with batch ``B / N`` each trai
 global batches of ``B`` targets one process with batch ``B`` trains: rank ``r``'s step
 ``i`` is the ``r``-th slice of global batch ``i``. Each rank's loss is the mean over its
 slice and DDP averages the gradients, so after an epoch the weights equal those of the one
-process, in float64 up to rounding -- for the one-stage neighbour sampler (NS) and for
-JOESTAR's large-batch first stage (LBS). The reference is an ordinary single-process fit.
+process, in float64 up to rounding -- for the one-stage neighbour sampler (NS), for
+JOESTAR's large-batch first stage (LBS) and for HANOI's macro-batches with
+``rank_share="targets"`` (every rank reads the whole macro-batch; here one macro-batch of
+all four partitions, reused twice). The reference is an ordinary single-process fit.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ import pytest
 import torch
 from torch_geometric.nn.models import GraphSAGE
 
-from lightgraph.data import MultistageDataModule, NeighborSamplingDataModule, SyntheticGraph
+from lightgraph.data import (
+    MacroBatchDataModule,
+    MultistageDataModule,
+    NeighborSamplingDataModule,
+    SyntheticGraph,
+)
 from lightgraph.models import MiniBatchNodeClassifier
 
 # 72 training nodes: 6 global batches of 12 = 2 x 6 = 3 x 4 (nothing dropped).
@@ -61,6 +68,17 @@ def _data(kind: str, batch_size: int, cache_dir: str) -> pl.LightningDataModule:
         return NeighborSamplingDataModule(
             dataset, fanouts=[-1, -1], batch_size=batch_size, cache_dir=cache_dir
         )
+    if kind == "hanoi":
+        return MacroBatchDataModule(
+            dataset,
+            num_parts=4,
+            parts_per_batch=4,
+            fanouts=[-1, -1],
+            batch_size=batch_size,
+            reuse=2,
+            rank_share="targets",
+            cache_dir=cache_dir,
+        )
     return MultistageDataModule(
         dataset,
         first_stage="lbs",
@@ -99,7 +117,7 @@ def _fit(kind: str, world: int, tmp_path: Any) -> dict[str, torch.Tensor]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("kind", ["ns", "lbs"])
+@pytest.mark.parametrize("kind", ["ns", "lbs", "hanoi"])
 def test_ranks_with_a_share_of_each_batch_train_the_single_process_weights(kind, tmp_path):
     single = _fit(kind, 1, tmp_path)
     initial = _module().state_dict()
