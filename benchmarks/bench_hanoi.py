@@ -291,7 +291,8 @@ def _full_epoch_batches(module: Any) -> float | None:
     """Mini-batches of one full epoch of the module's training loader (if known)."""
     loader = getattr(module, "_train_loader", None)
     with contextlib.suppress(TypeError, AttributeError):
-        return float(len(loader))
+        num_batches = getattr(loader, "num_batches", None)  # MacroBatchLoader: per epoch
+        return float(num_batches(0) if num_batches is not None else len(loader))
     return None
 
 

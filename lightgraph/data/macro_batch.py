@@ -33,6 +33,7 @@ times the reads and memory of a machine (see :class:`MacroBatchLoader`).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -312,7 +313,14 @@ class MacroBatchLoader:
         self.seed = int(seed)
         self.epoch = 0
         self._position = (0, 0, 0)  # (macro-batch, pass, mini-batch) the next batch has
-        self._step = 0  # mini-batches of the epoch yielded so far
+        self._step = 0  # mini-batches of the epoch handed over so far
+        #: ``"on-yield"``: a batch counts as trained when it is yielded; ``"reported"``:
+        #: when :meth:`hand_over` says so (set by the data module under a Trainer).
+        self.handover = "on-yield"
+        # (epoch, position, step) after every batch yielded but not yet handed over
+        self._pending: deque[tuple[int, tuple[int, int, int], int]] = deque()
+        self._yielded = 0  # mini-batches of the epoch yielded so far in this pass
+        self._ended = False  # this pass yielded its epoch's last batch
         self.stats = MacroBatchStats()
         self._counts: list[int] | None = None
         if self.world_size > 1:
@@ -396,13 +404,32 @@ class MacroBatchLoader:
             self._counts = (cum[ptr[1:]] - cum[ptr[:-1]]).tolist()
         return self._counts
 
-    def __len__(self) -> int:
-        """Mini-batches per epoch (of this rank) with a fixed reuse factor (unknown with
-        adaptive reuse)."""
+    def num_batches(self, epoch: int | None = None) -> int:
+        """Mini-batches (of this rank) of ``epoch`` (default: the current one) with a fixed
+        reuse factor.
+
+        The count depends on the epoch's partition draw (a macro-batch of ``n`` targets
+        takes ``ceil(n / batch_size)`` steps), so it changes from epoch to epoch; that is
+        why the loader has no ``len()``."""
         counts = self._target_counts()
         if counts is None or self.adaptive_reuse:
-            raise TypeError("MacroBatchLoader: the number of mini-batches is not known in advance.")
-        return self.reuse * sum(mb.steps for mb in self.plan(self.epoch))
+            raise TypeError(
+                "MacroBatchLoader: the number of mini-batches is not known in advance "
+                "(adaptive reuse, or a store without per-partition target counts)."
+            )
+        epoch = self.epoch if epoch is None else int(epoch)
+        return self.reuse * sum(mb.steps for mb in self.plan(epoch))
+
+    def __len__(self) -> int:
+        # Lightning reads a loader's length once and then validates after that many
+        # batches of every epoch: an epoch with fewer steps would skip validation and one
+        # with more would validate before its end. Without a length it validates when
+        # the epoch's batches run out, whatever their number.
+        raise TypeError(
+            "MacroBatchLoader: the number of mini-batches changes with every epoch's "
+            "partition draw, so the loader has no length; `num_batches(epoch)` gives it "
+            "with a fixed reuse factor."
+        )
 
     def _key(self, *keys: Any) -> tuple[Any, ...]:
         """A random stream's key: with several ranks, the rank's own."""
@@ -461,13 +488,43 @@ class MacroBatchLoader:
             self.stats.mini_batches += 1
             if final and b + 1 == count:
                 # The epoch is over once its last batch is out: Lightning may never ask again.
-                self.epoch, self._position, self._step = epoch + 1, (0, 0, 0), 0
+                self._ended = True
+                self._reached((epoch + 1, (0, 0, 0), 0))
             else:
-                self._position = (m, p, b + 1)
-                self._step += 1
+                self._yielded += 1
+                self._reached((epoch, (m, p, b + 1), self._yielded))
             yield batch
 
+    # ------------------------------------------------------------------ position
+    def _reached(self, state: tuple[int, tuple[int, int, int], int]) -> None:
+        """``(epoch, position, step)`` after the batch about to be yielded."""
+        if self.handover == "on-yield":
+            self.epoch, self._position, self._step = state
+        else:
+            self._pending.append(state)
+
+    def _after_last(self, epoch: int, position: tuple[int, int, int], step: int) -> None:
+        """The point after the last batch yielded is also ``(epoch, position, step)`` (the
+        start of the next pass, macro-batch or epoch)."""
+        if self._pending:
+            self._pending[-1] = (epoch, position, step)
+        else:
+            self.epoch, self._position, self._step = epoch, position, step
+
+    def hand_over(self) -> None:
+        """Record that the oldest batch yielded and not yet handed over went to training
+        (``handover="reported"``): :meth:`state_dict` moves past it.
+
+        Lightning fetches one batch ahead of training from a loader without a length, so
+        under a Trainer the data module reports each batch when it moves it to the device;
+        a checkpoint then never counts the batch fetched ahead as trained."""
+        if self._pending:
+            self.epoch, self._position, self._step = self._pending.popleft()
+
     def __iter__(self) -> Iterator[Data]:
+        self._pending.clear()  # fetched ahead, never trained: they come again
+        self._ended = False
+        self._yielded = self._step
         epoch = self.epoch
         start_m, start_p, start_b = self._position
         reads = self.plan(epoch)
@@ -511,22 +568,23 @@ class MacroBatchLoader:
                         break
                     if self.adaptive_reuse and (pending is None or pending.done()):
                         break
-                    self._position = (m, p, 0)
+                    self._after_last(epoch, (m, p, 0), self._yielded)
                 self.stats.passes_per_macro_batch.append(p)
-                if self.epoch == epoch:
-                    self._position = (m + 1, 0, 0)
+                if not self._ended:
+                    self._after_last(epoch, (m + 1, 0, 0), self._yielded)
                 del mb
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        if self.epoch == epoch:  # nothing (more) to yield this epoch
-            self.epoch, self._position, self._step = epoch + 1, (0, 0, 0), 0
+        if not self._ended:  # nothing (more) to yield this epoch
+            self._ended = True
+            self._after_last(epoch + 1, (0, 0, 0), 0)
 
     # Lightning saves and restores iterables that have these two methods (mid-epoch resume).
     # It saves rank 0's state and every rank loads it. The ranks' macro-batches differ, so
     # (macro-batch, pass, mini-batch) differs between ranks at the same step; ``step`` (the
-    # mini-batches of the epoch already yielded) is the same integer on every rank and is
-    # what a rank of several resumes from. One process resumes from the position itself,
+    # mini-batches of the epoch already handed over) is the same integer on every rank and
+    # is what a rank of several resumes from. One process resumes from the position itself,
     # which also holds with adaptive reuse.
     def state_dict(self) -> dict[str, Any]:
         m, p, b = self._position

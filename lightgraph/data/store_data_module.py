@@ -600,6 +600,25 @@ class MacroBatchDataModule(PartitionStoreDataModule):
             return self.train_loader()
         return self._eval_loader("test" if split == "predict" else split)
 
+    def train_dataloader(self) -> MacroBatchLoader:
+        """The training loader, for Lightning: its position advances when
+        :meth:`transfer_batch_to_device` hands a batch to the model, not when Lightning
+        fetches it (one batch ahead of training: the loader has no length, since its steps
+        per epoch follow the epoch's partition draw)."""
+        loader = super().train_dataloader()
+        loader.handover = "reported"
+        return loader
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        trainer = getattr(self, "trainer", None)
+        loader = self._train_loader
+        if trainer is not None and trainer.training and loader is not None:
+            if loader.handover == "reported":
+                loader.hand_over()
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def io_stats(self) -> dict[str, float]:
         stats = super().io_stats()
         if self._train_loader is not None:

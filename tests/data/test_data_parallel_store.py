@@ -186,7 +186,7 @@ def test_hanoi_ranks_read_and_train_disjoint_partitions_with_equal_steps(store, 
     for _epoch in range(2):
         for rec in recorders:
             rec.reads.clear()
-        lengths = [len(loader) for loader in loaders]
+        lengths = [loader.num_batches() for loader in loaders]
         per_rank = [_targets(loader) for loader in loaders]
         assert len({len(b) for b in per_rank}) == 1  # equal steps ...
         assert lengths == [len(b) for b in per_rank]  # ... known in advance
@@ -223,7 +223,7 @@ def test_hanoi_rank_resumes_from_rank_zeros_state(store, world):
     for r in range(world):
         loader = make(r)
         references.append(_targets(loader) + _targets(loader))
-    steps = len(make(0))  # of epoch 0 (epochs differ in length)
+    steps = make(0).num_batches()  # of epoch 0 (epochs differ in length)
     for stop in sorted({*range(1, steps, 3), steps - 1}):
         states = []
         for r in range(world):

@@ -89,7 +89,7 @@ def test_every_target_is_trained_reuse_times_per_epoch(module, graph):
             counts[s] = counts.get(s, 0) + 1
     assert set(counts) == expected
     assert set(counts.values()) == {3}
-    assert len(batches) == len(_loader(module, reuse=3))
+    assert len(batches) == _loader(module, reuse=3).num_batches()
 
 
 def test_prefetching_loader_equals_a_serial_one(module):
@@ -232,3 +232,52 @@ def test_stage_two_relabels_through_a_node_buffer(module, monkeypatch):
     for a, b in zip(got, reference, strict=True):
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.x, b.x)
+
+
+def test_validation_runs_at_the_end_of_every_epoch_whatever_its_step_count(module, tmp_path):
+    """The steps of an epoch follow its partition draw. Lightning validates after the
+    number of batches it read from ``len()`` once, so a sized loader would skip an epoch's
+    validation when the epoch is shorter (seen with a fixed reuse factor). The reference:
+    one validation per epoch, right after the epoch's last step."""
+    import lightning.pytorch as pl
+    from torch_geometric.nn.models import GraphSAGE
+
+    from lightgraph.models import MiniBatchNodeClassifier
+
+    epochs = 4
+    expected = _loader(module, parts_per_batch=2, batch_size=30)
+    lengths = [expected.num_batches(e) for e in range(epochs)]
+    assert len(set(lengths)) > 1  # the case at hand: epochs of different lengths
+
+    class ValidationSteps(Callback):
+        def __init__(self) -> None:
+            self.at: list[int] = []
+
+        def on_validation_epoch_end(self, trainer, pl_module) -> None:
+            self.at.append(trainer.global_step)
+
+    dm = MacroBatchDataModule(
+        DATASET,
+        num_parts=8,
+        parts_per_batch=2,
+        fanouts=[4, 3],
+        batch_size=30,
+        reuse=2,
+        hub_fraction=0.02,
+        cache_dir=module.cache_dir,
+    )
+    gnn = GraphSAGE(DATASET.num_features, 8, num_layers=2, out_channels=DATASET.num_classes)
+    seen = ValidationSteps()
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[seen],
+        default_root_dir=str(tmp_path),
+    )
+    trainer.fit(MiniBatchNodeClassifier(gnn, DATASET.num_classes), dm)
+    assert seen.at == [sum(lengths[: e + 1]) for e in range(epochs)]
