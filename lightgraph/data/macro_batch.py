@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.batching import even_batches, macro_batch_steps
+from lightgraph.data.batching import even_batches, macro_batch_steps, split_sizes
 from lightgraph.data.data_parallel import balance_groups, check_shard, shard_batches
 from lightgraph.data.minibatch import make_generator, sample_minibatch
 from lightgraph.functional.neighbor_sampling import (
@@ -108,6 +108,9 @@ class MacroBatchStats:
     nodes_loaded: int = 0
     read_seconds: float = 0.0
     wait_seconds: float = 0.0
+    #: ``rank_share="targets"``: targets of the passes so far that no rank trained (at
+    #: most ``world_size - 1`` per global mini-batch), the whole job's count on every rank.
+    dropped_targets: int = 0
     passes_per_macro_batch: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
@@ -119,6 +122,7 @@ class MacroBatchStats:
             "nodes_loaded": float(self.nodes_loaded),
             "read_seconds": self.read_seconds,
             "wait_seconds": self.wait_seconds,
+            "dropped_targets": float(self.dropped_targets),
         }
 
 
@@ -281,7 +285,8 @@ class MacroBatchLoader:
               neighbour (fanout ``-1``) they train one process's weights -- at
               ``world_size`` times the reads and memory per machine. At most
               ``world_size - 1`` targets per global step are left out that pass (and a
-              macro-batch with fewer than ``world_size`` targets gives no step).
+              macro-batch with fewer than ``world_size`` targets gives no step), counted in
+              ``stats.dropped_targets``.
     """
 
     def __init__(
@@ -435,6 +440,15 @@ class MacroBatchLoader:
         """A random stream's key: with several ranks, the rank's own."""
         return keys if self.world_size == 1 else (*keys, "rank", self.rank)
 
+    def _dropped(self, n: int, first: int) -> int:
+        """Targets of a pass over ``n`` that no rank trains from mini-batch ``first`` on:
+        with ``rank_share="targets"``, ``len % world_size`` of every global batch."""
+        if self.world_size == 1 or self.rank_share != "targets":
+            return 0
+        world = self.world_size
+        whole = split_sizes(n, macro_batch_steps(n, world * self.batch_size))
+        return sum(size % world if size >= world else size for size in whole[first:])
+
     def _batches(self, order: Tensor, steps: int) -> list[Tensor]:
         """This rank's mini-batches of the target ``order`` of one pass.
 
@@ -557,6 +571,7 @@ class MacroBatchLoader:
                     self.stats.passes += 1
                     sizes = [x.numel() for x in self._batches(targets, reads[m].steps)]
                     self.stats.targets += sum(sizes[first:])
+                    self.stats.dropped_targets += self._dropped(targets.numel(), first)
                     last_macro = m + 1 == len(schedule)
                     # The last macro-batch has no successor to wait for: adaptive reuse stops.
                     final = last_macro and (p + 1 >= self.reuse or self.adaptive_reuse)

@@ -264,12 +264,22 @@ def test_hanoi_ranks_sharing_targets_train_slices_of_one_process_global_batches(
         for r in range(world)
     ]
     assert len(one) > 4 and all(len(mine) == len(one) for mine in ranks)
+    dropped = 0
     for i, (parts, targets) in enumerate(one):
         per = len(targets) // world
         assert per >= 1 and len(targets) - world * per < world
+        dropped += len(targets) - world * per
         for r, mine in enumerate(ranks):
             assert mine[i][0] == parts  # the whole macro-batch
             assert mine[i][1] == targets[r * per : (r + 1) * per]
+    # What no rank trains is counted, the whole job's number on every rank.
+    for r in range(world):
+        loader = MacroBatchLoader(
+            dm.store, ppb, [3, 3], b, reuse=2, rank=r, world_size=world, rank_share="targets"
+        )
+        list(loader)
+        assert loader.stats.dropped_targets == dropped
+        assert loader.stats.targets == sum(len(t) for _, t in ranks[r])
 
 
 def test_rank_share_is_checked(tmp_path):
