@@ -19,16 +19,7 @@ DATASET = SyntheticGraph(num_nodes=1200, avg_degree=8, num_features=8, homophily
 
 @pytest.fixture(scope="module")
 def module(tmp_path_factory):
-    dm = MacroBatchDataModule(
-        DATASET,
-        num_parts=8,
-        parts_per_batch=3,
-        fanouts=[4, 3],
-        batch_size=64,
-        reuse=2,
-        hub_fraction=0.02,
-        cache_dir=str(tmp_path_factory.mktemp("cache")),
-    )
+    dm = _data_module(str(tmp_path_factory.mktemp("cache")))
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -43,6 +34,21 @@ def _loader(dm, **kwargs):
     args = dict(parts_per_batch=3, fanouts=[4, 3], batch_size=64, reuse=2, seed=0)
     args.update(kwargs)
     return MacroBatchLoader(dm.store, **args)
+
+
+def _data_module(cache_dir, **kwargs):
+    """The tests' data module (its store in ``cache_dir``) with ``kwargs`` changed."""
+    args = dict(
+        num_parts=8,
+        parts_per_batch=3,
+        fanouts=[4, 3],
+        batch_size=64,
+        reuse=2,
+        hub_fraction=0.02,
+        cache_dir=cache_dir,
+    )
+    args.update(kwargs)
+    return MacroBatchDataModule(DATASET, **args)
 
 
 def _node_part(dm):
@@ -182,16 +188,7 @@ def test_trainer_resumed_mid_epoch_trains_on_the_same_batches(module, tmp_path):
     from lightgraph.models import MiniBatchNodeClassifier
 
     def fit(max_steps=-1, ckpt_path=None, callbacks=()):
-        dm = MacroBatchDataModule(
-            DATASET,
-            num_parts=8,
-            parts_per_batch=3,
-            fanouts=[4, 3],
-            batch_size=64,
-            reuse=2,
-            hub_fraction=0.02,
-            cache_dir=module.cache_dir,
-        )
+        dm = _data_module(module.cache_dir)
         gnn = GraphSAGE(DATASET.num_features, 8, num_layers=2, out_channels=DATASET.num_classes)
         recorder = _Recorder()
         trainer = pl.Trainer(
@@ -256,16 +253,7 @@ def test_validation_runs_at_the_end_of_every_epoch_whatever_its_step_count(modul
         def on_validation_epoch_end(self, trainer, pl_module) -> None:
             self.at.append(trainer.global_step)
 
-    dm = MacroBatchDataModule(
-        DATASET,
-        num_parts=8,
-        parts_per_batch=2,
-        fanouts=[4, 3],
-        batch_size=30,
-        reuse=2,
-        hub_fraction=0.02,
-        cache_dir=module.cache_dir,
-    )
+    dm = _data_module(module.cache_dir, parts_per_batch=2, batch_size=30)
     gnn = GraphSAGE(DATASET.num_features, 8, num_layers=2, out_channels=DATASET.num_classes)
     seen = ValidationSteps()
     trainer = pl.Trainer(
