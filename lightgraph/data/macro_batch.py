@@ -380,7 +380,10 @@ class MacroBatchLoader:
                     plan.append(PlannedMacroBatch(parts, -1))
                     continue
                 targets = sum(int(counts[p]) for p in parts)
-                steps = len(self._batches(torch.arange(targets), -1))
+                if self.world_size == 1:
+                    steps = macro_batch_steps(targets, self.batch_size)
+                else:  # the global batches with at least one target per rank
+                    steps = sum(size >= self.world_size for size in self._global_sizes(targets))
                 plan.append(PlannedMacroBatch(parts, targets, steps))
             return plan
         return self._all_plans(epoch)[self.rank]
@@ -440,14 +443,21 @@ class MacroBatchLoader:
         """A random stream's key: with several ranks, the rank's own."""
         return keys if self.world_size == 1 else (*keys, "rank", self.rank)
 
+    def _global_sizes(self, n: int) -> list[int]:
+        """Sizes of one process's global mini-batches of a pass over ``n`` targets (at the
+        global batch ``world_size * batch_size``, as :func:`even_batches` cuts them)."""
+        return split_sizes(n, macro_batch_steps(n, self.world_size * self.batch_size))
+
     def _dropped(self, n: int, first: int) -> int:
         """Targets of a pass over ``n`` that no rank trains from mini-batch ``first`` on:
-        with ``rank_share="targets"``, ``len % world_size`` of every global batch."""
+        with ``rank_share="targets"``, ``len % world_size`` of every global batch (all of
+        one shorter than ``world_size``, which gives no step)."""
         if self.world_size == 1 or self.rank_share != "targets":
             return 0
         world = self.world_size
-        whole = split_sizes(n, macro_batch_steps(n, world * self.batch_size))
-        return sum(size % world if size >= world else size for size in whole[first:])
+        return sum(
+            size % world if size >= world else size for size in self._global_sizes(n)[first:]
+        )
 
     def _batches(self, order: Tensor, steps: int) -> list[Tensor]:
         """This rank's mini-batches of the target ``order`` of one pass.
