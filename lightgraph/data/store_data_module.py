@@ -604,9 +604,10 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         """The training loader, for Lightning: its position advances when
         :meth:`transfer_batch_to_device` hands a batch to the model, not when Lightning
         fetches it (one batch ahead of training: the loader has no length, since its steps
-        per epoch follow the epoch's partition draw)."""
+        per epoch follow the epoch's partition draw). Without a Trainer (iterating it by
+        hand) a batch counts as trained when it is yielded."""
         loader = super().train_dataloader()
-        loader.handover = "reported"
+        loader.handover = "reported" if getattr(self, "trainer", None) is not None else "on-yield"
         return loader
 
     def transfer_batch_to_device(
