@@ -54,21 +54,16 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Adaptive reuse lets each rank decide its own number of passes, which DDP cannot allow
+# (unequal step counts hang): data-parallel HANOI uses a fixed reuse factor.
+HANOI_FIXED_REUSE = ["--data.init_args.adaptive_reuse=false", "--data.init_args.reuse=1"]
+
 #: system -> (recipe, extra CLI overrides)
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "ns": ("ns.yaml", []),
-    # Adaptive reuse lets each rank decide its own number of passes, which DDP cannot
-    # allow (unequal step counts hang): data-parallel HANOI uses a fixed reuse factor.
-    "hanoi": ("hanoi.yaml", ["--data.init_args.adaptive_reuse=false", "--data.init_args.reuse=1"]),
+    "hanoi": ("hanoi.yaml", HANOI_FIXED_REUSE),
     # Every rank reads the whole macro-batch and trains a slice of each global batch.
-    "hanoi_targets": (
-        "hanoi.yaml",
-        [
-            "--data.init_args.adaptive_reuse=false",
-            "--data.init_args.reuse=1",
-            "--data.init_args.rank_share=targets",
-        ],
-    ),
+    "hanoi_targets": ("hanoi.yaml", [*HANOI_FIXED_REUSE, "--data.init_args.rank_share=targets"]),
     "joestar_i": ("joestar.yaml", ["--data.init_args.num_sampler_threads=1"]),
     "joestar_ii": ("joestar_pbs.yaml", []),
     # The history replicas meet once per epoch (an exact refresh) instead of every step.

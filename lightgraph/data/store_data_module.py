@@ -613,11 +613,10 @@ class MacroBatchDataModule(PartitionStoreDataModule):
     def transfer_batch_to_device(
         self, batch: Any, device: torch.device, dataloader_idx: int
     ) -> Any:
-        trainer = getattr(self, "trainer", None)
-        loader = self._train_loader
+        # A training batch reaches the model: the loader's position moves past it.
+        trainer, loader = getattr(self, "trainer", None), self._train_loader
         if trainer is not None and trainer.training and loader is not None:
-            if loader.handover == "reported":
-                loader.hand_over()
+            loader.hand_over()  # a no-op unless handover="reported" (nothing is pending)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def io_stats(self) -> dict[str, float]:
