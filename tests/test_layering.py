@@ -325,3 +325,50 @@ def test_strategies_import_no_data_module() -> None:
         if target in forbidden
     ]
     assert not violations, "strategies importing data modules:\n" + "\n".join(violations)
+
+
+def _imports_lightning(path: Path) -> bool:
+    """Whether the module at ``path`` imports ``lightning`` itself (any level)."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import) and any(
+            a.name.split(".")[0] == "lightning" for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lightning":
+            return True
+    return False
+
+
+STORE_LAYER = ("lightgraph.data.store", "lightgraph.data.partition_store")
+
+
+def test_the_store_layer_reaches_no_lightning_import() -> None:
+    # The cache and the partition store sit below the data modules: opening, writing or
+    # checking a store needs no Lightning, so every module they import (transitively)
+    # must not import it either.
+    found, names = _module_imports()
+    graph = _module_graph(found, names)
+    paths = dict(_modules())
+    store = [m for m in graph if any(m == p or m.startswith(p + ".") for p in STORE_LAYER)]
+    assert "lightgraph.data.store.cache" in store and "lightgraph.data.partition_store.reader" in store
+    violations = []
+    for start in store:
+        seen, todo = {start: [start]}, [start]
+        while todo:
+            module = todo.pop()
+            for nxt in graph.get(module, {}):
+                if nxt not in seen:
+                    seen[nxt] = seen[module] + [nxt]
+                    todo.append(nxt)
+        violations += [
+            " -> ".join(chain) for m, chain in seen.items() if _imports_lightning(paths[m])
+        ]
+    assert not violations, "store modules reaching Lightning:\n" + "\n".join(violations)
+
+
+def test_the_lightning_check_sees_an_import(tmp_path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from lightning.pytorch import Trainer\n")
+    assert _imports_lightning(path)
+    path.write_text("import torch\n")
+    assert not _imports_lightning(path)

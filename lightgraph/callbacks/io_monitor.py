@@ -35,8 +35,12 @@ class IOMonitor(pl.Callback):
       memory-mapped graph);
     * ``io/device_read_bytes``: bytes the storage device delivered to this process
       (``/proc/self/io``: page-cache misses and read-ahead included; Linux only);
-    * ``io/targets``, ``io/nodes_loaded``: training targets and the nodes brought into
-      memory for them (macro-batch nodes, or sampled nodes for one-stage sampling);
+    * ``io/targets``, ``io/mini_batches``: the seeds and the mini-batches that went to
+      training this epoch (counted by the loader when a batch is handed to the model, so
+      exactly the batches trained, a batch fetched ahead of the epoch's end included in
+      the epoch that trains it);
+    * ``io/nodes_loaded``: the nodes brought into memory for the targets (macro-batch
+      nodes, or sampled nodes for one-stage sampling);
     * ``io/normalized_working_set``: ``nodes_loaded / targets`` -- the normalised working
       set ``C_S(B) / |B|`` of the storage-facing sampler (Eq. 3.3 of T. Huang,
       *Efficient Systems for Large-Scale Graph Representation Learning*, PhD thesis, MIT
@@ -70,6 +74,7 @@ class IOMonitor(pl.Callback):
         "read_calls",
         "bytes_requested",
         "targets",
+        "mini_batches",
         "nodes_loaded",
         "wait_seconds",
         "read_seconds",

@@ -6,13 +6,8 @@ from lightgraph.data.affinity import (
     affinity_microbatches,
     default_num_microbatches,
 )
-from lightgraph.data.cached_data_module import (
-    CachedDataModule,
-    CacheReader,
-    CacheWriter,
-    CorruptCacheError,
-    build_cache,
-)
+from lightgraph.data.cached_data_module import CachedDataModule
+from lightgraph.data.store.cache import CacheReader, CacheWriter, CorruptCacheError, build_cache
 from lightgraph.data.full_graph_batch import FullGraphBatch
 from lightgraph.data.gap import gap_partition
 from lightgraph.data.graph_dataset import GraphDataset, validate_graph

@@ -33,18 +33,17 @@ times the reads and memory of a machine (see :class:`MacroBatchLoader`).
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
 
 from lightgraph.data.batching import even_batches, macro_batch_steps, split_sizes
 from lightgraph.data.data_parallel import balance_groups, check_shard, shard_batches
+from lightgraph.data.loader.base import Emit, Moved, ResumableLoader
 from lightgraph.data.minibatch import make_generator, sample_minibatch
 from lightgraph.functional.neighbor_sampling import (
     NODE_BUFFER_MAX_NODES,
@@ -95,35 +94,6 @@ class LoadedMacroBatch:
     num_nodes: int
     num_hubs: int
     read_seconds: float
-
-
-@dataclass
-class MacroBatchStats:
-    """Counters of one loader, cumulative over its life (callbacks take differences)."""
-
-    macro_batches: int = 0
-    passes: int = 0
-    mini_batches: int = 0
-    targets: int = 0
-    nodes_loaded: int = 0
-    read_seconds: float = 0.0
-    wait_seconds: float = 0.0
-    #: ``rank_share="targets"``: targets of the passes so far that no rank trained (at
-    #: most ``world_size - 1`` per global mini-batch), the whole job's count on every rank.
-    dropped_targets: int = 0
-    passes_per_macro_batch: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "macro_batches": float(self.macro_batches),
-            "passes": float(self.passes),
-            "mini_batches": float(self.mini_batches),
-            "targets": float(self.targets),
-            "nodes_loaded": float(self.nodes_loaded),
-            "read_seconds": self.read_seconds,
-            "wait_seconds": self.wait_seconds,
-            "dropped_targets": float(self.dropped_targets),
-        }
 
 
 def macro_batch_schedule(
@@ -241,7 +211,7 @@ def load_macro_batch(store: Any, parts: Sequence[int]) -> LoadedMacroBatch:
     )
 
 
-class MacroBatchLoader:
+class MacroBatchLoader(ResumableLoader):
     """Iterates mini-batches of macro-batches of an on-disk partition store.
 
     Args:
@@ -289,6 +259,18 @@ class MacroBatchLoader:
               ``stats.dropped_targets``.
     """
 
+    STATS_KEYS = (
+        "macro_batches",
+        "passes",
+        "mini_batches",
+        "targets",
+        "nodes_loaded",
+        "read_seconds",
+        "wait_seconds",
+        "dropped_targets",
+    )
+    POSITION_SIZE = 3
+
     def __init__(
         self,
         store: Any,
@@ -316,17 +298,8 @@ class MacroBatchLoader:
         self.store = store
         self.num_parts = num_parts
         self.seed = int(seed)
-        self.epoch = 0
-        self._position = (0, 0, 0)  # (macro-batch, pass, mini-batch) the next batch has
-        self._step = 0  # mini-batches of the epoch handed over so far
-        #: ``"on-yield"``: a batch counts as trained when it is yielded; ``"reported"``:
-        #: when :meth:`hand_over` says so (set by the data module under a Trainer).
-        self.handover = "on-yield"
-        # (epoch, position, step) after every batch yielded but not yet handed over
-        self._pending: deque[tuple[int, tuple[int, int, int], int]] = deque()
-        self._yielded = 0  # mini-batches of the epoch yielded so far in this pass
-        self._ended = False  # this pass yielded its epoch's last batch
-        self.stats = MacroBatchStats()
+        # position: (macro-batch, pass, mini-batch) of the next batch
+        super().__init__(world_size=self.world_size, prefetch=self.prefetch)
         self._counts: list[int] | None = None
         if self.world_size > 1:
             self._check_data_parallel(owner)
@@ -476,20 +449,25 @@ class MacroBatchLoader:
     def _minibatches(
         self,
         mb: LoadedMacroBatch,
-        targets: Tensor,
         epoch: int,
         m: int,
         p: int,
         start: int,
         final: bool,
         steps: int,
-    ) -> Iterator[Data]:
+    ) -> Iterator[Emit]:
+        """Pass ``p`` over macro-batch ``m`` from mini-batch ``start``; ``final``: the
+        epoch's last pass. The pass's dropped targets count with its first batch."""
+        targets = mb.targets
         # rank_share="targets": every rank draws one process's order of the macro-batch
         key = ("targets", epoch, m, p)
         gen = make_generator(self.seed, *(key if self.rank_share == "targets" else self._key(*key)))
         order = targets[torch.randperm(targets.numel(), generator=gen)]
         batches = self._batches(order, steps)
         count = len(batches)
+        dropped = self._dropped(targets.numel(), start)
+        if start >= count:
+            self.stats.dropped_targets += dropped
         # Stage 2 relabels through a buffer the size of the macro-batch (in memory: its
         # features are gathered with index_select).
         buffer = None
@@ -509,129 +487,63 @@ class MacroBatchLoader:
                 node_buffer=buffer,
             )
             batch.macro_parts = torch.tensor(mb.parts, dtype=torch.long)
-            self.stats.mini_batches += 1
-            if final and b + 1 == count:
-                # The epoch is over once its last batch is out: Lightning may never ask again.
-                self._ended = True
-                self._reached((epoch + 1, (0, 0, 0), 0))
-            else:
-                self._yielded += 1
-                self._reached((epoch, (m, p, b + 1), self._yielded))
-            yield batch
+            counts = {"mini_batches": 1, "targets": int(seeds.numel())}
+            if b == start and dropped:
+                counts["dropped_targets"] = dropped
+            after = None if final and b + 1 == count else (m, p, b + 1)
+            yield Emit(batch, after, counts)
 
-    # ------------------------------------------------------------------ position
-    def _reached(self, state: tuple[int, tuple[int, int, int], int]) -> None:
-        """``(epoch, position, step)`` after the batch about to be yielded."""
-        if self.handover == "on-yield":
-            self.epoch, self._position, self._step = state
-        else:
-            self._pending.append(state)
+    def _load(self, parts: list[int], pending: Future[LoadedMacroBatch] | None) -> LoadedMacroBatch:
+        tic = time.perf_counter()
+        mb = pending.result() if pending is not None else load_macro_batch(self.store, parts)
+        self.stats.wait_seconds += time.perf_counter() - tic
+        self.stats.read_seconds += mb.read_seconds
+        self.stats.macro_batches += 1
+        self.stats.nodes_loaded += mb.num_nodes
+        return mb
 
-    def _after_last(self, epoch: int, position: tuple[int, int, int], step: int) -> None:
-        """The point after the last batch yielded is also ``(epoch, position, step)`` (the
-        start of the next pass, macro-batch or epoch)."""
-        if self._pending:
-            self._pending[-1] = (epoch, position, step)
-        else:
-            self.epoch, self._position, self._step = epoch, position, step
-
-    def hand_over(self) -> None:
-        """Record that the oldest batch yielded and not yet handed over went to training
-        (``handover="reported"``): :meth:`state_dict` moves past it.
-
-        Lightning fetches one batch ahead of training from a loader without a length, so
-        under a Trainer the data module reports each batch when it moves it to the device;
-        a checkpoint then never counts the batch fetched ahead as trained."""
-        if self._pending:
-            self.epoch, self._position, self._step = self._pending.popleft()
-
-    def __iter__(self) -> Iterator[Data]:
-        self._pending.clear()  # fetched ahead, never trained: they come again
-        self._ended = False
-        self._yielded = self._step
-        epoch = self.epoch
-        start_m, start_p, start_b = self._position
+    def _epoch(self, epoch: int, position: tuple[int, ...]) -> Iterator[Emit | Moved]:
+        start_m, start_p, start_b = position
         reads = self.plan(epoch)
         schedule = [mb.parts for mb in reads]
-        pool = ThreadPoolExecutor(1, thread_name_prefix="macro-batch") if self.prefetch else None
 
         def submit(m: int) -> Future[LoadedMacroBatch] | None:
-            if pool is None or m >= len(schedule):
+            if not self.prefetch or m >= len(schedule):
                 return None
-            return pool.submit(load_macro_batch, self.store, schedule[m])
+            return self.prefetcher.submit(load_macro_batch, self.store, schedule[m])
 
+        pending = submit(start_m)
         try:
-            pending = submit(start_m)
             for m in range(start_m, len(schedule)):
-                tic = time.perf_counter()
-                mb = (
-                    pending.result()
-                    if pending is not None
-                    else load_macro_batch(self.store, schedule[m])
-                )
-                self.stats.wait_seconds += time.perf_counter() - tic
-                self.stats.read_seconds += mb.read_seconds
-                self.stats.macro_batches += 1
-                self.stats.nodes_loaded += mb.num_nodes
+                mb = self._load(schedule[m], pending)
                 pending = submit(m + 1)
-                targets = mb.targets
                 p = start_p if m == start_m else 0
+                ended = False
                 while True:
                     first = start_b if (m == start_m and p == start_p) else 0
                     self.stats.passes += 1
-                    sizes = [x.numel() for x in self._batches(targets, reads[m].steps)]
-                    self.stats.targets += sum(sizes[first:])
-                    self.stats.dropped_targets += self._dropped(targets.numel(), first)
                     last_macro = m + 1 == len(schedule)
                     # The last macro-batch has no successor to wait for: adaptive reuse stops.
                     final = last_macro and (p + 1 >= self.reuse or self.adaptive_reuse)
-                    yield from self._minibatches(
-                        mb, targets, epoch, m, p, first, final, reads[m].steps
-                    )
+                    for item in self._minibatches(mb, epoch, m, p, first, final, reads[m].steps):
+                        ended = item.after is None
+                        yield item
                     p += 1
                     if final or p >= self.reuse:
                         break
                     if self.adaptive_reuse and (pending is None or pending.done()):
                         break
-                    self._after_last(epoch, (m, p, 0), self._yielded)
+                    yield Moved((m, p, 0))
                 self.stats.passes_per_macro_batch.append(p)
-                if not self._ended:
-                    self._after_last(epoch, (m + 1, 0, 0), self._yielded)
+                if not ended:
+                    yield Moved((m + 1, 0, 0))
                 del mb
         finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-        if not self._ended:  # nothing (more) to yield this epoch
-            self._ended = True
-            self._after_last(epoch + 1, (0, 0, 0), 0)
+            if pending is not None and not pending.cancel():
+                wait([pending])  # a read under way finishes inside this epoch's counters
 
-    # Lightning saves and restores iterables that have these two methods (mid-epoch resume).
-    # It saves rank 0's state and every rank loads it. The ranks' macro-batches differ, so
-    # (macro-batch, pass, mini-batch) differs between ranks at the same step; ``step`` (the
-    # mini-batches of the epoch already handed over) is the same integer on every rank and
-    # is what a rank of several resumes from. One process resumes from the position itself,
-    # which also holds with adaptive reuse.
-    def state_dict(self) -> dict[str, Any]:
-        m, p, b = self._position
-        return {
-            "epoch": self.epoch,
-            "macro_batch": m,
-            "pass": p,
-            "mini_batch": b,
-            "step": self._step,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self._step = int(state["step"])
-        if self.world_size == 1:
-            self._position = (
-                int(state["macro_batch"]),
-                int(state["pass"]),
-                int(state["mini_batch"]),
-            )
-        else:
-            self._position = self._position_of(self.epoch, self._step)
+    def _locate(self, epoch: int, step: int) -> tuple[int, int, int]:
+        return self._position_of(epoch, step)
 
     def _position_of(self, epoch: int, step: int) -> tuple[int, int, int]:
         """This rank's (macro-batch, pass, mini-batch) after ``step`` mini-batches of ``epoch``."""

@@ -30,13 +30,13 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.data_parallel import check_shard, shard_targets
+from lightgraph.data.loader.base import Emit, ResumableLoader
 from lightgraph.functional.neighbor_sampling import (
     NODE_BUFFER_MAX_NODES,
     make_node_buffer,
     sample_neighbors,
 )
 from lightgraph.utilities.checks import check_bool, check_fanouts, check_int
-from lightgraph.utilities.random_state import check_rng_state
 
 
 def make_generator(seed: int, *keys: Any) -> torch.Generator:
@@ -108,7 +108,7 @@ def sample_minibatch(
     return data
 
 
-class NeighborSamplingLoader:
+class NeighborSamplingLoader(ResumableLoader):
     """Mini-batches of neighbour samples over one graph, resumable mid-epoch.
 
     Args:
@@ -138,6 +138,8 @@ class NeighborSamplingLoader:
             of every per-batch random stream, so the ranks draw independent samples.
             ``world_size=1`` (the default) is the one-process loader.
     """
+
+    STATS_KEYS = ("mini_batches", "targets", "nodes_loaded", "dropped_targets")
 
     def __init__(
         self,
@@ -172,17 +174,7 @@ class NeighborSamplingLoader:
             node_buffer = indptr.numel() - 1 <= NODE_BUFFER_MAX_NODES
         self.use_node_buffer = check_bool(owner, "node_buffer", node_buffer)
         self._buffer: Tensor | None = None
-        self.epoch = 0
-        self._next_batch = 0  # position of the batch the next __next__ yields
-        #: Cumulative counters: mini-batches, targets (seeds), sampled nodes, and the seeds
-        #: left out to give every data-parallel rank the same share (counted when an
-        #: epoch starts).
-        self.stats = {
-            "mini_batches": 0.0,
-            "targets": 0.0,
-            "nodes_loaded": 0.0,
-            "dropped_targets": 0.0,
-        }
+        super().__init__(world_size=self.world_size, prefetch=False)
 
     def __len__(self) -> int:
         """Mini-batches per epoch (of this rank)."""
@@ -210,13 +202,14 @@ class NeighborSamplingLoader:
             return ("sample", epoch, b)
         return ("sample", epoch, b, "rank", self.rank)
 
-    def __iter__(self) -> Iterator[Data]:
-        epoch, start = self.epoch, self._next_batch
+    def _epoch(self, epoch: int, position: tuple[int, ...]) -> Iterator[Emit]:
+        (start,) = position
         order = self._epoch_seeds(epoch)
-        if start == 0:
-            # Every rank has the same share: what the shares leave out (n % world_size).
-            self.stats["dropped_targets"] += self.seeds.numel() - self.world_size * order.numel()
-        for b in range(start, len(self)):
+        count = len(self)
+        # Every rank has the same share: what the shares leave out (n % world_size),
+        # counted with the epoch's first batch.
+        dropped = self.seeds.numel() - self.world_size * order.numel()
+        for b in range(start, count):
             seeds = order[b * self.batch_size : (b + 1) * self.batch_size]
             batch = sample_minibatch(
                 self.indptr,
@@ -232,38 +225,11 @@ class NeighborSamplingLoader:
             )
             if self.on_batch is not None:
                 self.on_batch(batch)
-            self.stats["mini_batches"] += 1
-            self.stats["targets"] += int(seeds.numel())
-            self.stats["nodes_loaded"] += int(batch.num_nodes)
-            # The epoch is over once its last batch is out: Lightning may never ask again.
-            if b + 1 == len(self):
-                self.epoch, self._next_batch = epoch + 1, 0
-            else:
-                self._next_batch = b + 1
-            yield batch
-        if self.epoch == epoch:  # nothing (more) to yield this epoch
-            self.epoch, self._next_batch = epoch + 1, 0
+            counts = {"mini_batches": 1, "targets": int(seeds.numel())}
+            counts["nodes_loaded"] = int(batch.num_nodes)
+            if b == 0:
+                counts["dropped_targets"] = dropped
+            yield Emit(batch, None if b + 1 == count else (b + 1,), counts)
 
-    # Lightning saves and restores iterables that have these two methods (mid-epoch resume).
-    # It saves rank 0's state and every rank loads it: the position is the step of the
-    # epoch, the same integer on every rank (every rank has the same number of steps).
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "next_batch": self._next_batch}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch = int(state["epoch"])
-        self._next_batch = int(state["next_batch"])
-
-    # Every draw follows from (seed, epoch, batch): the position is the random state. It
-    # matters for validation loaders, whose state Lightning does not save
-    # (:class:`~lightgraph.callbacks.RandomStateCheckpoint` does).
-    def rng_state(self) -> dict[str, Any]:
-        """The position ``{"epoch", "next_batch"}`` that seeds the next batches."""
-        return self.state_dict()
-
-    def set_rng_state(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`rng_state`."""
-        owner = "NeighborSamplingLoader.set_rng_state"
-        check_rng_state(owner, state, ("epoch", "next_batch"), "NeighborSamplingLoader.rng_state()")
-        self.epoch = check_int(owner, "state['epoch']", state["epoch"], low=0)
-        self._next_batch = check_int(owner, "state['next_batch']", state["next_batch"], low=0)
+    def _locate(self, epoch: int, step: int) -> tuple[int, ...]:
+        return (step,)  # every rank has the same number of batches

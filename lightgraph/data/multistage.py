@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from lightgraph.data.loader.base import Emit, ResumableLoader
 from lightgraph.data.minibatch import gather_rows, make_generator
 from lightgraph.functional.neighbor_sampling import (
     NeighborSample,
@@ -435,26 +436,7 @@ def stage_two(
 
 
 # ------------------------------------------------------------------------ the loader
-@dataclass
-class MultistageStats:
-    """Cumulative counters of a :class:`MultistageLoader`."""
-
-    macro_batches: int = 0
-    mini_batches: int = 0
-    targets: int = 0
-    nodes_loaded: int = 0  # nodes of the (unfiltered) macro-batches
-    nodes_moved: int = 0  # nodes whose rows moved to the device (after AoT filtering)
-    stage1_seconds: float = 0.0
-    wait_seconds: float = 0.0
-    # Training targets no data-parallel rank trains (the same count on every rank; counted
-    # when a rank hands over the first step of an epoch).
-    dropped_targets: int = 0
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in self.__dict__.items()}
-
-
-class MultistageLoader:
+class MultistageLoader(ResumableLoader):
     """The training loader of :class:`~lightgraph.data.MultistageDataModule`.
 
     Yields one :class:`StagedStep` per mini-batch; stage 1 (and AoT sampling) of macro-batch
@@ -473,18 +455,11 @@ class MultistageLoader:
     next pass starts the next epoch, as a new pass over a ``DataLoader`` does.
 
     **Data parallelism.** Every rank has a loader over its own share (``plan`` and ``build``
-    give this rank's macro-batches), and every rank's epoch has the same number of steps.
-    Lightning saves rank 0's :meth:`state_dict` and every rank restores it, so with
-    ``world_size > 1`` the state also holds ``epoch_step``, the steps of the epoch handed
-    over (the same integer on every rank), and :meth:`load_state_dict` finds each rank's own
-    macro-batch and mini-batch from it (PBS ranks cut different macro-batches).
-
-    **Position.** :meth:`state_dict` holds the step after the last one *handed over*.
-    Alone, a step is handed over when it is yielded. Under a Trainer (``handover="reported"``,
-    set by the data module's ``train_dataloader``) it is handed over when
-    ``transfer_batch_to_device`` passes it on (:meth:`hand_over`): Lightning fetches a
-    step ahead of training when the loader has no length, and a checkpoint must not count
-    that step as trained.
+    give this rank's macro-batches), and every rank's epoch has the same number of steps;
+    a rank resumes from rank 0's ``step`` (PBS ranks cut different macro-batches).
+    Position, hand-over, prefetch and ``state_dict`` are the
+    :class:`~lightgraph.data.loader.ResumableLoader`'s; the position is ``(macro-batch,
+    mini-batch inside it)``.
 
     Args:
         build: ``build(epoch, k) -> StageOneBatch`` (stage 1, plus AoT when enabled).
@@ -494,11 +469,23 @@ class MultistageLoader:
         sized: every epoch has the same number of steps, and ``len()`` gives it.
         world_size: data-parallel replicas (each with a loader over its own share).
         dropped: ``dropped(epoch) ->`` training targets of ``epoch`` no rank trains
-            (:attr:`MultistageStats.dropped_targets`); ``None``: none.
+            (``stats.dropped_targets``, counted with the epoch's first step); ``None``: none.
         steps: ``steps(epoch) ->`` mini-batches of every macro-batch; ``None``:
             ``ceil(len(seeds) / batch_size)`` for each (:func:`~lightgraph.data.batching.
             even_batches`).
     """
+
+    STATS_KEYS = (
+        "macro_batches",
+        "mini_batches",
+        "targets",
+        "nodes_loaded",
+        "nodes_moved",
+        "stage1_seconds",
+        "wait_seconds",
+        "dropped_targets",
+    )
+    POSITION_SIZE = 2  # (macro-batch, mini-batch inside it)
 
     def __init__(
         self,
@@ -515,20 +502,12 @@ class MultistageLoader:
         self.plan = plan
         self.steps = steps
         self.batch_size = batch_size
-        self.prefetch = prefetch
         self.sized = sized
-        self.world_size = world_size
         self.dropped = dropped
-        self._dropped_epoch: int | None = None  # the epoch whose drops were counted last
-        self.handover = "on-yield"
-        self.stats = MultistageStats()
-        self.epoch = 0
-        self._next = (0, 0)  # (macro-batch, mini-batch) the next step to hand over
-        self._handed_in_pass = 0  # steps handed over since the current pass began
-        self._counted: tuple[int, int] | None = None  # the macro-batch the stats counted last
         self._length: int | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        # the next epoch's first macro-batch, built ahead at the end of an epoch
         self._ahead: tuple[tuple[int, int], Future[StageOneBatch]] | None = None
+        super().__init__(world_size=world_size, prefetch=prefetch)
 
     def _sizes(self, epoch: int) -> list[int]:
         if self.steps is not None:
@@ -545,49 +524,14 @@ class MultistageLoader:
             self._length = sum(self._sizes(self.epoch))
         return self._length
 
-    def _submit(self, epoch: int, k: int) -> Future[StageOneBatch]:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="lightgraph-stage1")
-        return self._pool.submit(self.build, epoch, k)
-
     def _get(self, epoch: int, k: int, pending: Future[StageOneBatch] | None) -> StageOneBatch:
         tic = time.perf_counter()
         macro = pending.result() if pending is not None else self.build(epoch, k)
         self.stats.wait_seconds += time.perf_counter() - tic
         return macro
 
-    def hand_over(self, step: StagedStep) -> None:
-        """Record that ``step`` went to training: count it and move the position past it."""
-        macro = step.macro
-        if (macro.epoch, macro.index) != self._counted:
-            self._counted = (macro.epoch, macro.index)
-            self.stats.macro_batches += 1
-            self.stats.nodes_loaded += macro.num_nodes_sampled
-            self.stats.nodes_moved += macro.num_nodes
-            self.stats.stage1_seconds += macro.build_seconds
-        if self.dropped is not None and macro.epoch != self._dropped_epoch:
-            self._dropped_epoch = macro.epoch
-            self.stats.dropped_targets += int(self.dropped(macro.epoch))
-        self.stats.mini_batches += 1
-        self.stats.targets += int(step.seeds.numel())
-        epoch, k, b = macro.epoch, macro.index, step.step + 1
-        if b == len(macro.batches):  # the next non-empty macro-batch, or the next epoch
-            sizes = self._sizes(epoch)
-            k, b = k + 1, 0
-            while k < len(sizes) and sizes[k] == 0:
-                k += 1
-            if k == len(sizes):
-                epoch, k = epoch + 1, 0
-        self.epoch, self._next = epoch, (k, b)
-        self._handed_in_pass += 1
-
-    def __iter__(self) -> Iterator[StagedStep]:
-        if self._handed_in_pass and self._next != (0, 0):
-            # The previous pass was left inside its epoch after training on some of it.
-            self.epoch, self._next = self.epoch + 1, (0, 0)
-        self._handed_in_pass = 0
-        epoch = self.epoch
-        first_macro, first_step = self._next
+    def _epoch(self, epoch: int, position: tuple[int, ...]) -> Iterator[Emit]:
+        first_macro, first_step = position
         sizes = self._sizes(epoch)
         if self.sized and sum(sizes) != len(self):
             raise RuntimeError(
@@ -595,7 +539,7 @@ class MultistageLoader:
                 f"built as `sized` with {len(self)} steps per epoch."
             )
         count = len(sizes)
-        on_yield = self.handover == "on-yield"
+        last = max((k for k in range(count) if sizes[k]), default=-1)  # the last non-empty one
         # A macro-batch built ahead (at the end of the previous epoch) is used if it is the
         # one needed now; anything else is dropped.
         pending, self._ahead = self._ahead, None
@@ -604,7 +548,9 @@ class MultistageLoader:
             pending = None
         future = pending[1] if pending is not None else None
         if future is None and self.prefetch and first_macro < count:
-            future = self._submit(epoch, first_macro)
+            future = self.prefetcher.submit(self.build, epoch, first_macro)
+        # The epoch's training targets no rank trains count with its first step.
+        dropped = position == self._start() and self.dropped is not None
         try:
             for k in range(first_macro, count):
                 macro = self._get(epoch, k, future)
@@ -613,51 +559,46 @@ class MultistageLoader:
                     # Double buffering: the next macro-batch (the next epoch's first one
                     # after the last) is built while this one trains.
                     key = (epoch, k + 1) if k + 1 < count else (epoch + 1, 0)
-                    future = self._submit(*key)
+                    future = self.prefetcher.submit(self.build, *key)
                     if k + 1 == count:
                         self._ahead, future = (key, future), None
                 start = first_step if k == first_macro else 0
                 for b in range(start, len(macro.batches)):
                     step = StagedStep(macro, b)
-                    if on_yield:
-                        # Before the yield: a sized epoch's consumer may not ask again.
-                        self.hand_over(step)
-                    yield step
+                    counts: dict[str, float] = {"mini_batches": 1, "targets": int(step.seeds.numel())}
+                    if b == start:  # the macro-batch's own counters, with its first step
+                        counts.update(
+                            macro_batches=1,
+                            nodes_loaded=macro.num_nodes_sampled,
+                            nodes_moved=macro.num_nodes,
+                            stage1_seconds=macro.build_seconds,
+                        )
+                    if dropped:
+                        counts["dropped_targets"] = int(self.dropped(epoch))
+                        dropped = False
+                    if b + 1 < len(macro.batches):
+                        after: tuple[int, int] | None = (k, b + 1)
+                    elif k == last:
+                        after = None
+                    else:  # the next non-empty macro-batch
+                        nxt = k + 1
+                        while sizes[nxt] == 0:
+                            nxt += 1
+                        after = (nxt, 0)
+                    yield Emit(step, after, counts)
         finally:
             if future is not None:
                 future.cancel()
-        if on_yield and self.epoch == epoch:  # an epoch without a single step
-            self.epoch, self._next = epoch + 1, (0, 0)
 
-    def state_dict(self) -> dict[str, int]:
-        state = {"epoch": self.epoch, "macro": self._next[0], "step": self._next[1]}
-        if self.world_size > 1:
-            k, b = self._next
-            state["epoch_step"] = sum(self._sizes(self.epoch)[:k]) + b
-        return state
+    def _locate(self, epoch: int, step: int) -> tuple[int, int]:
+        sizes = self._sizes(epoch)
+        left, k = step, 0
+        while k < len(sizes) and left >= sizes[k]:  # past empty macro-batches too
+            left -= sizes[k]
+            k += 1
+        return (k, left)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def _reset(self) -> None:
         if self._ahead is not None:
             self._ahead[1].cancel()
             self._ahead = None
-        self.epoch = int(state["epoch"])
-        self._next = (int(state["macro"]), int(state["step"]))
-        if "epoch_step" in state:  # another rank's state: find this rank's own position
-            sizes = self._sizes(self.epoch)
-            left, k = int(state["epoch_step"]), 0
-            while k < len(sizes) and left >= sizes[k]:  # past empty macro-batches too
-                left -= sizes[k]
-                k += 1
-            self._next = (k, left)
-        self._handed_in_pass = 0
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -645,7 +645,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         if isinstance(batch, StagedStep):
             loader = self._train_loader
             if loader is not None and loader.handover == "reported":
-                loader.hand_over(batch)
+                loader.hand_over()
             module = self.trainer.lightning_module if self._trainer_attached() else None
             return self.to_device(batch, device, getattr(module, "history", None))
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -662,7 +662,7 @@ class MultistageDataModule(PartitionStoreDataModule):
     def io_stats(self) -> dict[str, float]:
         stats = super().io_stats()
         if self._train_loader is not None:
-            stats.update(self._train_loader.stats.as_dict())
+            stats.update(self._train_loader.stats_dict())
         return stats
 
     def teardown(self, stage: str) -> None:

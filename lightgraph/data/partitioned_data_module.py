@@ -10,12 +10,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from lightgraph.data.cached_data_module import (
-    CachedDataModule,
-    CacheReader,
-    CacheWriter,
-    tensor_digest,
-)
+from lightgraph.data.cached_data_module import CachedDataModule
+from lightgraph.data.store.cache import CacheReader, CacheWriter, tensor_digest
 from lightgraph.data.graph_dataset import DatasetSizes, GraphDataset, validate_graph
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph

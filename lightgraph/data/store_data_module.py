@@ -48,12 +48,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.cached_data_module import (
-    CachedDataModule,
-    CacheReader,
-    CacheWriter,
-    fingerprint_digest,
-)
+from lightgraph.data.cached_data_module import CachedDataModule
+from lightgraph.data.store.cache import CacheReader, CacheWriter, fingerprint_digest
 from lightgraph.data.data_parallel import DataParallelShard, data_parallel_shard
 from lightgraph.data.full_graph_batch import FullGraphBatch, SingleBatchLoader
 from lightgraph.data.graph_dataset import (
@@ -622,7 +618,7 @@ class MacroBatchDataModule(PartitionStoreDataModule):
     def io_stats(self) -> dict[str, float]:
         stats = super().io_stats()
         if self._train_loader is not None:
-            stats.update(self._train_loader.stats.as_dict())
+            stats.update(self._train_loader.stats_dict())
         return stats
 
 
@@ -727,7 +723,7 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         stats = super().io_stats()
         stats.update(self.pages.as_dict())
         if self._train_loader is not None:
-            stats.update(self._train_loader.stats)
+            stats.update(self._train_loader.stats_dict())
         return stats
 
     def start_io_epoch(self) -> None:

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lightgraph.data.cached_data_module import (
+from lightgraph.data.cached_data_module import CachedDataModule
+from lightgraph.data.store.cache import (
     META_FILE,
-    CachedDataModule,
     CacheReader,
     CacheWriter,
     CorruptCacheError,

@@ -81,7 +81,7 @@ def test_ns_ranks_train_slices_of_the_one_process_global_batches(world):
         assert sum(map(len, flat)) == len(union) == n - n % world  # disjoint
         order = sum(global_batches, [])
         assert set(order) - union == set(order[len(order) - n % world :])
-        dropped = [loader.stats["dropped_targets"] for loader in loaders]
+        dropped = [loader.stats.dropped_targets for loader in loaders]
         assert dropped == [(_epoch + 1) * (n % world)] * world  # counted on every rank
         assert previous is None or flat != previous  # reshuffled every epoch
         previous = flat

@@ -63,7 +63,7 @@ def test_loader_covers_every_seed_once_per_epoch_and_resumes():
     again.load_state_dict(state)
     rest = [b.n_id[: b.batch_size] for b in again] + [b.n_id[: b.batch_size] for b in again]
     assert all(torch.equal(a, b) for a, b in zip(head + rest, first + second, strict=True))
-    assert loader.stats["targets"] == 2 * seeds.numel()
+    assert loader.stats.targets == 2 * seeds.numel()
 
 
 def test_bad_arguments_are_named():
@@ -89,16 +89,18 @@ def test_rng_state_is_the_position_that_seeds_the_next_batches():
     loader = make()
     first = next(iter(loader)).n_id
     state = loader.rng_state()
-    assert state == {"epoch": 1, "next_batch": 0}
+    assert state == {"epoch": 1, "step": 0, "position": [0]}
     expected = next(iter(loader)).n_id
     assert not torch.equal(first, expected)  # a fresh loader would repeat `first`
     resumed = make()
     resumed.set_rng_state(state)
     assert torch.equal(next(iter(resumed)).n_id, expected)
-    with pytest.raises(TypeError, match=r"keys \['epoch', 'next_batch'\]"):
+    with pytest.raises(TypeError, match=r"keys \['epoch', 'position', 'step'\]"):
         resumed.set_rng_state({"epoch": 1})
     with pytest.raises(ValueError, match=r"expected `state\['epoch'\]` to be an integer >= 0"):
-        resumed.set_rng_state({"epoch": -1, "next_batch": 0})
+        resumed.set_rng_state({"epoch": -1, "step": 0, "position": [0]})
+    with pytest.raises(ValueError, match=r"state\['position'\] to be a list of 1 int"):
+        resumed.set_rng_state({"epoch": 1, "step": 0, "position": [0, 0]})
 
 
 # ------------------------------------------------------------------ fast default paths

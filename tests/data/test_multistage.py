@@ -459,12 +459,13 @@ def test_handing_over_moves_the_position_past_empty_macro_batches():
     positions = []
     for step in loader:  # fetched steps do not move the position; handed-over ones do
         assert loader.state_dict() == (
-            positions[-1] if positions else {"epoch": 0, "macro": 0, "step": 0}
+            positions[-1] if positions else {"epoch": 0, "step": 0, "position": [0, 0]}
         )
-        loader.hand_over(step)
+        loader.hand_over()
         positions.append(loader.state_dict())
+    # "step" counts the epoch's steps handed over; "position" is (macro-batch, mini-batch)
     assert positions == [
-        {"epoch": 0, "macro": 0, "step": 1},
-        {"epoch": 0, "macro": 2, "step": 0},
-        {"epoch": 1, "macro": 0, "step": 0},
+        {"epoch": 0, "step": 1, "position": [0, 1]},
+        {"epoch": 0, "step": 2, "position": [2, 0]},
+        {"epoch": 1, "step": 0, "position": [0, 0]},
     ]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import lightgraph.data.node_sequence as node_sequence
-from lightgraph.data.cached_data_module import META_FILE, CorruptCacheError, check_cache
+from lightgraph.data.store.cache import META_FILE, CorruptCacheError, check_cache
 from lightgraph.data.node_sequence import NodeSequenceDataModule
 from lightgraph.data.synthetic_graph import SyntheticGraph
 from lightgraph.data.token_batch import TokenShard

@@ -477,7 +477,7 @@ def test_writer_and_csc_memory_is_bounded_by_nodes_and_budget(tmp_path, monkeypa
     manifest's SHA-1 reads (a constant 1 MiB buffer) are left out."""
     import tracemalloc
 
-    import lightgraph.data.cached_data_module as cache
+    import lightgraph.data.store.cache as cache
     from lightgraph.data import CacheWriter, write_partition_store
 
     monkeypatch.setattr(cache, "file_sha1", lambda path: "")

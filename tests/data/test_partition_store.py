@@ -15,13 +15,8 @@ import torch
 from torch_geometric.data import Data
 
 from lightgraph.data import SyntheticGraph, generate_synthetic_graph, partition_graph
-from lightgraph.data.cached_data_module import (
-    META_FILE,
-    CachedDataModule,
-    CacheReader,
-    CacheWriter,
-    CorruptCacheError,
-)
+from lightgraph.data.cached_data_module import CachedDataModule
+from lightgraph.data.store.cache import META_FILE, CacheReader, CacheWriter, CorruptCacheError
 from lightgraph.data.partition_store import (
     IOStats,
     MacroBatch,

@@ -225,7 +225,7 @@ def test_an_epoch_cut_short_by_the_trainer_is_not_continued_in_the_next(tmp_path
     ids = dm.store.node_ids.long()
     for epoch in range(3):  # Lightning epoch e trains the first two steps of loader epoch e
         alone = MultistageLoader(dm.build_macro_batch, dm.plan, dm.batch_size, prefetch=False)
-        alone.load_state_dict({"epoch": epoch, "macro": 0, "step": 0})
+        alone.load_state_dict({"epoch": epoch, "step": 0, "position": [0, 0]})
         steps = iter(alone)
         want = [ids[s.macro.node[s.seeds]].tolist() for s in (next(steps), next(steps))]
         assert seeds.epochs[epoch] == want[0] + want[1], f"epoch {epoch}"

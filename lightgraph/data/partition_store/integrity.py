@@ -8,7 +8,7 @@
   what a reader took from disk before it indexes with it. Each is one min/max pass over
   the values read (``O(values)``, no copy of them), so every read can afford it; a
   reader turns a problem into the
-  :class:`~lightgraph.data.cached_data_module.CorruptCacheError` of the file
+  :class:`~lightgraph.data.store.cache.CorruptCacheError` of the file
   (:func:`corrupt_file_error`).
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from lightgraph.data.cached_data_module import (
+from lightgraph.data.store.cache import (
     META_FILE,
     CorruptCacheError,
     fingerprint_digest,

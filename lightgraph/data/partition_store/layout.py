@@ -2,7 +2,7 @@
 
 All arrays are ``.npy`` files; node ids are ``int32`` when the graph has fewer than
 ``2**31`` nodes, ``int64`` otherwise (``meta["id_dtype"]``). The store is a cache
-directory of :mod:`lightgraph.data.cached_data_module` (atomic staging and publish,
+directory of :mod:`lightgraph.data.store.cache` (atomic staging and publish,
 manifest in ``meta.json``).
 
 Files (``N`` nodes, ``F`` features, ``C`` classes, ``k`` partitions, ``H`` hubs):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightgraph.data.cached_data_module import CacheReader, CorruptCacheError
+from lightgraph.data.store.cache import CacheReader, CorruptCacheError
 from lightgraph.data.graph_dataset import MASK_NAMES
 from lightgraph.data.partition_store.integrity import (
     check_store_meta,

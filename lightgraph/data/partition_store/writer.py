@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.cached_data_module import (
+from lightgraph.data.store.cache import (
     META_FILE,
     CacheWriter,
     build_cache,
@@ -606,7 +606,7 @@ def build_partition_store(
     """Write a complete partition store to ``directory`` and open it.
 
     Goes through the one cache-build path
-    (:func:`~lightgraph.data.cached_data_module.build_cache`): a private staging
+    (:func:`~lightgraph.data.store.cache.build_cache`): a private staging
     directory, ``meta.json`` last, an atomic publish. A complete store already in
     ``directory`` with the same fingerprint is opened as it is (unless ``rebuild``);
     a stale or damaged one is replaced. A directory holding anything else is never

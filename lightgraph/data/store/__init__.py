@@ -1,0 +1,1 @@
+"""Storage below Lightning: the atomic on-disk cache (``store.cache``)."""
