@@ -98,7 +98,9 @@ def record(args: argparse.Namespace) -> None:
             results["recipes"][recipe] = run(recipe, args.epochs, workdir)
         ranks = results["recipes"][recipe]["ranks"]
         steps = {r: len(v["steps"]) for r, v in ranks.items()}
-        print(f"{recipe}: {results['recipes'][recipe]['wall_seconds']:.1f} s, steps per rank {steps}")
+        print(
+            f"{recipe}: {results['recipes'][recipe]['wall_seconds']:.1f} s, steps per rank {steps}"
+        )
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
 
@@ -124,7 +126,10 @@ def compare(args: argparse.Namespace) -> int:
             for kind in ("steps", "epochs"):
                 x, y = a["ranks"][rank][kind], b["ranks"].get(rank, {}).get(kind, [])
                 if x != y:
-                    i = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+                    i = next(
+                        (i for i, (u, v) in enumerate(zip(x, y, strict=False)) if u != v),
+                        min(len(x), len(y)),
+                    )
                     diff = f"rank {rank} {kind}[{i}] of {len(x)}/{len(y)}: " + (
                         f"{float.fromhex(x[i])!r} vs {float.fromhex(y[i])!r}"
                         if i < min(len(x), len(y))

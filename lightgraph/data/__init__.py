@@ -7,7 +7,6 @@ from lightgraph.data.affinity import (
     default_num_microbatches,
 )
 from lightgraph.data.cached_data_module import CachedDataModule
-from lightgraph.data.store.cache import CacheReader, CacheWriter, CorruptCacheError, build_cache
 from lightgraph.data.full_graph_batch import FullGraphBatch
 from lightgraph.data.gap import gap_partition
 from lightgraph.data.graph_dataset import GraphDataset, validate_graph
@@ -34,6 +33,7 @@ from lightgraph.data.partition_store import (
 from lightgraph.data.partitioned_data_module import PartitionedGraphDataModule
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph, partition_on_disk
 from lightgraph.data.real_dataset import REAL_DATASETS, RealDataset
+from lightgraph.data.store.cache import CacheReader, CacheWriter, CorruptCacheError, build_cache
 from lightgraph.data.store_data_module import (
     MacroBatchDataModule,
     NeighborSamplingDataModule,

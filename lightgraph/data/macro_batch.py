@@ -543,9 +543,6 @@ class MacroBatchLoader(ResumableLoader):
                 wait([pending])  # a read under way finishes inside this epoch's counters
 
     def _locate(self, epoch: int, step: int) -> tuple[int, int, int]:
-        return self._position_of(epoch, step)
-
-    def _position_of(self, epoch: int, step: int) -> tuple[int, int, int]:
         """This rank's (macro-batch, pass, mini-batch) after ``step`` mini-batches of ``epoch``."""
         plan = self.plan(epoch)
         for m, mb in enumerate(plan):

@@ -225,8 +225,11 @@ class NeighborSamplingLoader(ResumableLoader):
             )
             if self.on_batch is not None:
                 self.on_batch(batch)
-            counts = {"mini_batches": 1, "targets": int(seeds.numel())}
-            counts["nodes_loaded"] = int(batch.num_nodes)
+            counts = {
+                "mini_batches": 1,
+                "targets": int(seeds.numel()),
+                "nodes_loaded": int(batch.num_nodes),
+            }
             if b == 0:
                 counts["dropped_targets"] = dropped
             yield Emit(batch, None if b + 1 == count else (b + 1,), counts)

@@ -565,7 +565,10 @@ class MultistageLoader(ResumableLoader):
                 start = first_step if k == first_macro else 0
                 for b in range(start, len(macro.batches)):
                     step = StagedStep(macro, b)
-                    counts: dict[str, float] = {"mini_batches": 1, "targets": int(step.seeds.numel())}
+                    counts: dict[str, float] = {
+                        "mini_batches": 1,
+                        "targets": int(step.seeds.numel()),
+                    }
                     if b == start:  # the macro-batch's own counters, with its first step
                         counts.update(
                             macro_batches=1,

@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 from lightgraph.data.cached_data_module import CachedDataModule
-from lightgraph.data.store.cache import CacheReader, CacheWriter
 from lightgraph.data.graph_dataset import MASK_NAMES, GraphDataset, validate_graph
 from lightgraph.data.sequences import build_sequence, metis_order, split_sequences
+from lightgraph.data.store.cache import CacheReader, CacheWriter
 from lightgraph.data.synthetic_graph import SyntheticGraph
 from lightgraph.data.token_batch import TokenBatch, TokenShard, sequence_parallel_shard
 from lightgraph.functional.attention import AttentionGraph

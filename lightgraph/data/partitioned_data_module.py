@@ -11,10 +11,10 @@ import torch
 from torch import Tensor
 
 from lightgraph.data.cached_data_module import CachedDataModule
-from lightgraph.data.store.cache import CacheReader, CacheWriter, tensor_digest
 from lightgraph.data.graph_dataset import DatasetSizes, GraphDataset, validate_graph
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.data.store.cache import CacheReader, CacheWriter, tensor_digest
 from lightgraph.utilities.checks import check_choice
 
 log = logging.getLogger(__name__)

@@ -49,7 +49,6 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.cached_data_module import CachedDataModule
-from lightgraph.data.store.cache import CacheReader, CacheWriter, fingerprint_digest
 from lightgraph.data.data_parallel import DataParallelShard, data_parallel_shard
 from lightgraph.data.full_graph_batch import FullGraphBatch, SingleBatchLoader
 from lightgraph.data.graph_dataset import (
@@ -71,6 +70,7 @@ from lightgraph.data.on_disk import OnDiskGraph
 from lightgraph.data.out_of_core import on_disk_csc, validate_on_disk_graph
 from lightgraph.data.partition_store import PartitionStore, write_partition_store
 from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph, partition_on_disk
+from lightgraph.data.store.cache import CacheReader, CacheWriter, fingerprint_digest
 from lightgraph.utilities.checks import (
     check_bool,
     check_choice,
@@ -620,6 +620,11 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         if self._train_loader is not None:
             stats.update(self._train_loader.stats_dict())
         return stats
+
+    def teardown(self, stage: str) -> None:
+        if self._train_loader is not None:
+            self._train_loader.close()  # the macro-batch prefetch thread
+        super().teardown(stage)
 
 
 class NeighborSamplingDataModule(PartitionStoreDataModule):

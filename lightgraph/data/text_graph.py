@@ -37,8 +37,8 @@ from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
 from lightgraph.data.cached_data_module import CachedDataModule
-from lightgraph.data.store.cache import CacheReader, CacheWriter
 from lightgraph.data.graph_dataset import DatasetSizes, GraphDataset
+from lightgraph.data.store.cache import CacheReader, CacheWriter
 from lightgraph.data.synthetic_graph import SyntheticGraph
 from lightgraph.utilities.checks import (
     check_bool,

@@ -64,7 +64,9 @@ def _data_module(kind: str, cache_dir: str, world: int) -> pl.LightningDataModul
             cache_dir=cache_dir,
         )  # fmt: skip
     if kind == "ns":
-        return NeighborSamplingDataModule(DATASET, fanouts=[4, 4], batch_size=37, cache_dir=cache_dir)
+        return NeighborSamplingDataModule(
+            DATASET, fanouts=[4, 4], batch_size=37, cache_dir=cache_dir
+        )
     return MultistageDataModule(
         DATASET, first_stage="pbs", num_parts=8, parts_per_batch=2, fanouts=[4, 4],
         batch_size=40, prefetch=True, cache_dir=cache_dir,

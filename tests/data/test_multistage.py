@@ -457,7 +457,7 @@ def test_handing_over_moves_the_position_past_empty_macro_batches():
     loader = _stub_loader([3, 0, 2, 0])  # PBS groups without training nodes have no steps
     loader.handover = "reported"
     positions = []
-    for step in loader:  # fetched steps do not move the position; handed-over ones do
+    for _ in loader:  # fetched steps do not move the position; handed-over ones do
         assert loader.state_dict() == (
             positions[-1] if positions else {"epoch": 0, "step": 0, "position": [0, 0]}
         )

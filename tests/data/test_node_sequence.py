@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import lightgraph.data.node_sequence as node_sequence
-from lightgraph.data.store.cache import META_FILE, CorruptCacheError, check_cache
 from lightgraph.data.node_sequence import NodeSequenceDataModule
+from lightgraph.data.store.cache import META_FILE, CorruptCacheError, check_cache
 from lightgraph.data.synthetic_graph import SyntheticGraph
 from lightgraph.data.token_batch import TokenShard
 from lightgraph.functional.graph_encoding import (

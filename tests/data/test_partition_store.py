@@ -16,7 +16,6 @@ from torch_geometric.data import Data
 
 from lightgraph.data import SyntheticGraph, generate_synthetic_graph, partition_graph
 from lightgraph.data.cached_data_module import CachedDataModule
-from lightgraph.data.store.cache import META_FILE, CacheReader, CacheWriter, CorruptCacheError
 from lightgraph.data.partition_store import (
     IOStats,
     MacroBatch,
@@ -26,6 +25,7 @@ from lightgraph.data.partition_store import (
     id_dtype_for,
     write_partition_store,
 )
+from lightgraph.data.store.cache import META_FILE, CacheReader, CacheWriter, CorruptCacheError
 
 F = 12  # features
 ID = 4  # bytes of an int32 node id

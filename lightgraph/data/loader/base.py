@@ -269,7 +269,9 @@ class ResumableLoader:
     def set_rng_state(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`rng_state`, checked."""
         owner = f"{type(self).__name__}.set_rng_state"
-        check_rng_state(owner, state, ("epoch", "step", "position"), f"{type(self).__name__}.rng_state()")
+        check_rng_state(
+            owner, state, ("epoch", "step", "position"), f"{type(self).__name__}.rng_state()"
+        )
         check_int(owner, "state['epoch']", state["epoch"], low=0)
         check_int(owner, "state['step']", state["step"], low=0)
         position = state["position"]

@@ -21,14 +21,14 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from lightgraph.data.graph_dataset import MASK_NAMES, GraphDataset, ensure_edge_index
+from lightgraph.data.partition_store.layout import STORE_FORMAT, STORE_VERSION
 from lightgraph.data.store.cache import (
     META_FILE,
     CorruptCacheError,
     fingerprint_digest,
     tensor_digest,
 )
-from lightgraph.data.graph_dataset import MASK_NAMES, GraphDataset, ensure_edge_index
-from lightgraph.data.partition_store.layout import STORE_FORMAT, STORE_VERSION
 from lightgraph.utilities.checks import check_type
 
 #: Entries per block when checking offsets (bounds the temporary of ``np.diff``).

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightgraph.data.store.cache import CacheReader, CorruptCacheError
 from lightgraph.data.graph_dataset import MASK_NAMES
 from lightgraph.data.partition_store.integrity import (
     check_store_meta,
@@ -56,6 +55,7 @@ from lightgraph.data.partition_store.layout import (
     expected_arrays,
 )
 from lightgraph.data.partition_store.macro_batch import MacroBatch
+from lightgraph.data.store.cache import CacheReader, CorruptCacheError
 from lightgraph.utilities.checks import check_choice, check_type, describe
 
 #: How :class:`PartitionStore` advises the kernel about its reads (``access``):

@@ -26,13 +26,6 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.store.cache import (
-    META_FILE,
-    CacheWriter,
-    build_cache,
-    check_cache,
-    read_manifest,
-)
 from lightgraph.data.graph_dataset import (
     MASK_NAMES,
     GraphDataset,
@@ -70,6 +63,13 @@ from lightgraph.data.partition_store.layout import (
     id_dtype_for,
 )
 from lightgraph.data.partition_store.reader import PartitionStore
+from lightgraph.data.store.cache import (
+    META_FILE,
+    CacheWriter,
+    build_cache,
+    check_cache,
+    read_manifest,
+)
 from lightgraph.utilities.checks import check_bool, check_int, check_type, describe
 from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
 
