@@ -78,7 +78,9 @@ def run(recipe: str, epochs: int, workdir: str) -> dict[str, Any]:
         f"--trainer.callbacks.path={out}",
         *OVERRIDES.get(recipe, []),
     ]
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "benchmarks"))
+    # The checkout this script lives in, whatever lightgraph the environment has installed
+    # (so a worktree of an older commit records that commit).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")]))
     tic = time.perf_counter()
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - tic
@@ -137,8 +139,12 @@ def compare(args: argparse.Namespace) -> int:
                     )
                     break
         n = sum(len(v["steps"]) for v in a["ranks"].values())
+        m = sum(len(v["epochs"]) for v in a["ranks"].values())
         if diff is None:
-            print(f"{recipe}: identical ({n} step losses over {len(a['ranks'])} rank(s))")
+            print(
+                f"{recipe}: identical ({n} step and {m} epoch losses over "
+                f"{len(a['ranks'])} rank(s))"
+            )
         else:
             print(f"{recipe}: DIFFERENT -- {diff}")
             failed += 1

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import lightning.pytorch as pl
 from torch import nn
+from torch_geometric.nn.models.basic_gnn import BasicGNN
 from typing_extensions import override
 
 from lightgraph.nn.aggregation_order import (
@@ -146,7 +147,7 @@ class AggregationOrder(pl.Callback):
         nodes = getattr(batch, "num_sampled_nodes", None)
         edges = getattr(batch, "num_sampled_edges", None)
         hparams = getattr(pl_module, "hparams", {})
-        trims = bool(hparams.get("trim", True)) and hasattr(model, "_trim")
+        trims = bool(hparams.get("trim", True)) and isinstance(model, BasicGNN)
         if not trims or nodes is None or edges is None:
             nodes = edges = None
         # MiniBatchNodeClassifier's model_step runs a trimmed BasicGNN with jk None or

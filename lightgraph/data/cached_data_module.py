@@ -53,6 +53,8 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 
+from lightgraph.data.contract import DataContractProvider
+from lightgraph.data.data_parallel import DataParallelShard, check_shard, data_parallel_shard
 from lightgraph.data.store.cache import (
     VERIFY_MODES,
     CacheProblem,
@@ -68,7 +70,7 @@ log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------- the base
-class CachedDataModule(pl.LightningDataModule):
+class CachedDataModule(DataContractProvider, pl.LightningDataModule):
     """Base of data modules that build files once (``prepare_data``) and load them per rank.
 
     Subclasses implement :meth:`fingerprint`, :meth:`build`, :meth:`load` and
@@ -101,6 +103,7 @@ class CachedDataModule(pl.LightningDataModule):
         super().__init__()
         self.cache_dir = cache_dir
         self._cache_loaded = False
+        self._data_shard: DataParallelShard | None = None
 
     # ------------------------------------------------------------------ subclass hooks
     def fingerprint(self) -> dict[str, Any]:
@@ -137,6 +140,48 @@ class CachedDataModule(pl.LightningDataModule):
     def loader(self, split: str) -> Iterable[Any]:
         """The dataloader (any iterable) of ``split``: ``"train"``, ``"val"``, ``"test"`` or ``"predict"``."""
         raise NotImplementedError(f"{type(self).__name__} must implement `loader(split)`.")
+
+    # ------------------------------------------------------------- data parallelism
+    @property
+    def data_shard(self) -> DataParallelShard:
+        """This process's data-parallel ``(rank, world_size)``: the one place a data module
+        reads it.
+
+        The attached Trainer's strategy gives it
+        (:func:`~lightgraph.data.data_parallel.data_parallel_shard`, Lightning's
+        ``distributed_sampler_kwargs``); ``(0, 1)`` on one device or without a Trainer. Set
+        it explicitly (a ``(rank, world_size)`` pair; ``None`` unsets it) to iterate one
+        rank's share without a Trainer.
+        """
+        if self._data_shard is not None:
+            return self._data_shard
+        return data_parallel_shard(self.trainer)
+
+    @data_shard.setter
+    def data_shard(self, value: Any) -> None:
+        owner = type(self).__name__
+        if value is None:
+            self._data_shard = None
+            return
+        if not isinstance(value, tuple) or len(value) != 2:
+            raise ValueError(
+                f"{owner}: expected `data_shard` to be a (rank, world_size) pair or None but got "
+                f"{value!r}."
+            )
+        self._data_shard = check_shard(owner, *value)
+
+    def checked_data_shard(self) -> DataParallelShard:
+        """:attr:`data_shard`, checked against the Trainer's when both are given."""
+        shard = self.data_shard
+        if self._data_shard is not None and self.trainer is not None:
+            running = data_parallel_shard(self.trainer)
+            if running.world_size > 1 and running != self._data_shard:
+                raise ValueError(
+                    f"{type(self).__name__}: `data_shard` was set to {tuple(self._data_shard)} but the "
+                    f"Trainer runs data parallel as (rank, world_size)={tuple(running)}; unset "
+                    f"`data_shard` (the Trainer's strategy gives it) or make them equal."
+                )
+        return shard
 
     def rank_and_world_size(self) -> tuple[int, int]:
         """``(rank, world_size)`` passed to :meth:`load`: the Trainer's global ones, ``(0, 1)`` without."""

@@ -31,7 +31,7 @@ block-diagonal :class:`~lightgraph.functional.attention.AttentionGraph`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import lightning.pytorch as pl
 import numpy as np
@@ -55,7 +55,8 @@ from lightgraph.utilities.checks import check_int
 
 __all__ = ["GraphSetDataModule", "SyntheticGraphSet", "collate_graphs", "triangle_density"]
 
-TASKS = ("classification", "regression")
+Task = Literal["classification", "regression"]
+TASKS: tuple[str, ...] = get_args(Task)
 _THRESHOLD = 0.5  # class boundary of the triangle density
 _HIGH, _LOW = 0.75, 0.25  # the classification pairs keep clear of the boundary
 _MAX_TRIES = 50
@@ -174,7 +175,7 @@ class SyntheticGraphSet:
         num_graphs: int = 2000,
         min_nodes: int = 10,
         max_nodes: int = 30,
-        task: Literal["classification", "regression"] = "classification",
+        task: Task = "classification",
         num_features: int = 8,
         feature_noise: float = 0.0,
         seed: int = 0,

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -56,7 +56,8 @@ from lightgraph.utilities.checks import check_bool, check_choice, check_fanouts,
 MAX_REUSE = 4
 
 #: What data-parallel ranks divide among themselves in every macro-batch.
-RANK_SHARES = ("partitions", "targets")
+RankShare = Literal["partitions", "targets"]
+RANK_SHARES: tuple[str, ...] = get_args(RankShare)
 
 
 def check_parts_per_batch(owner: str, value: Any, num_parts: int) -> int:
@@ -283,7 +284,7 @@ class MacroBatchLoader(ResumableLoader):
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
-        rank_share: str = "partitions",
+        rank_share: RankShare = "partitions",
     ) -> None:
         owner = "MacroBatchLoader"
         num_parts = int(store.num_parts)

@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -52,7 +52,8 @@ from lightgraph.functional.neighbor_sampling import (
     to_csc,
 )
 
-FIRST_STAGES: tuple[str, ...] = ("lbs", "pbs")
+FirstStage = Literal["lbs", "pbs"]
+FIRST_STAGES: tuple[str, ...] = get_args(FirstStage)
 
 
 def tensor_bytes(*tensors: Tensor | None) -> int:

@@ -14,10 +14,9 @@ import torch
 from torch import Tensor
 
 from lightgraph.data.batching import even_batches, split_sizes
+from lightgraph.data.contract import DataContract, HistoryTable
 from lightgraph.data.data_parallel import (
     DataParallelShard,
-    check_shard,
-    data_parallel_shard,
     shard_batches,
 )
 from lightgraph.data.graph_dataset import GraphDataset
@@ -27,6 +26,7 @@ from lightgraph.data.multistage import (
     FIRST_STAGES,
     DeviceMacroBatch,
     DeviceStep,
+    FirstStage,
     MultistageLoader,
     StagedStep,
     StageOneBatch,
@@ -36,7 +36,7 @@ from lightgraph.data.multistage import (
     stage_two,
     tensor_bytes,
 )
-from lightgraph.data.store_data_module import PartitionStoreDataModule
+from lightgraph.data.store_data_module import EvalMode, PartitionStoreDataModule
 from lightgraph.utilities.checks import check_bool, check_choice, check_fanouts, check_int
 
 
@@ -152,7 +152,7 @@ class MultistageDataModule(PartitionStoreDataModule):
     **Data parallelism.** Under a data-parallel strategy (``ddp``, ``ddp_spawn``,
     ``ddp_fork``, ... with ``N`` replicas; read from the Trainer's strategy by
     :func:`~lightgraph.data.data_parallel.data_parallel_shard` when the training loader is
-    built, or set explicitly with :attr:`shard`) every epoch's global plan is drawn from
+    built, or set explicitly with :attr:`data_shard`) every epoch's global plan is drawn from
     rank-free generators (the same on every rank) and each rank builds and trains only its
     share, every rank the same number of steps:
 
@@ -218,7 +218,7 @@ class MultistageDataModule(PartitionStoreDataModule):
     def __init__(
         self,
         dataset: GraphDataset,
-        first_stage: str = "lbs",
+        first_stage: FirstStage = "lbs",
         fanouts: Sequence[int] = (15, 10, 5),
         batch_size: int = 1000,
         ratio: float | None = None,
@@ -229,7 +229,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         aot: bool = False,
         num_sampler_threads: int | None = None,
         prefetch: bool = True,
-        eval_mode: str = "layerwise",
+        eval_mode: EvalMode = "layerwise",
         eval_fanouts: Sequence[int] = (20, 20, 20),
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
@@ -297,48 +297,8 @@ class MultistageDataModule(PartitionStoreDataModule):
         self._plan_lock = threading.Lock()
         self._plans: dict[tuple[DataParallelShard, int], _EpochPlan] = {}
         self._part_train: Tensor | None = None
-        self._shard: DataParallelShard | None = None
         self._train_loader_shard: DataParallelShard | None = None
-
-    # ------------------------------------------------------------- data parallelism
-    @property
-    def shard(self) -> DataParallelShard:
-        """This process's data-parallel ``(rank, world_size)``.
-
-        Set explicitly (a ``(rank, world_size)`` pair; ``None`` unsets it) to use the module
-        without a Trainer; otherwise read from the attached Trainer's strategy
-        (:func:`~lightgraph.data.data_parallel.data_parallel_shard`), ``(0, 1)`` without one.
-        """
-        if self._shard is not None:
-            return self._shard
-        return data_parallel_shard(getattr(self, "trainer", None))
-
-    @shard.setter
-    def shard(self, value: Any) -> None:
-        owner = "MultistageDataModule"
-        if value is None:
-            self._shard = None
-            return
-        if not isinstance(value, tuple) or len(value) != 2:
-            raise ValueError(
-                f"{owner}: expected `shard` to be a (rank, world_size) pair or None but got "
-                f"{value!r}."
-            )
-        self._shard = check_shard(owner, *value)
-
-    def _loader_shard(self) -> DataParallelShard:
-        """:attr:`shard`, checked against the Trainer's when both are given."""
-        shard = self.shard
-        trainer = getattr(self, "trainer", None)
-        if self._shard is not None and trainer is not None:
-            running = data_parallel_shard(trainer)
-            if running.world_size > 1 and running != self._shard:
-                raise ValueError(
-                    f"MultistageDataModule: `shard` was set to {tuple(self._shard)} but the "
-                    f"Trainer runs data parallel as (rank, world_size)={tuple(running)}; unset "
-                    f"`shard` (the Trainer's strategy gives it) or make them equal."
-                )
-        return shard
+        self._history: HistoryTable | None = None
 
     # -------------------------------------------------------------------- the graph
     @property
@@ -349,6 +309,24 @@ class MultistageDataModule(PartitionStoreDataModule):
     @property
     def num_store_nodes(self) -> int:
         return self._store().num_nodes
+
+    def data_contract(self) -> DataContract:
+        """Layer-wise or sampled evaluation as the base declares it; with PBS history, the
+        hidden layers with a history table, its row count and where the model attaches it."""
+        if not self.history_layers:
+            return super().data_contract()
+        return DataContract(
+            history_layers=self.history_layers,
+            num_store_nodes=self.num_store_nodes,
+            eval_mode=self.eval_mode,
+            full_graph=self.full_graph,
+            attach_history=self.attach_history,
+        )
+
+    def attach_history(self, table: HistoryTable | None) -> None:
+        """The model's history table, whose halo rows :meth:`to_device` pulls (``None``
+        detaches it)."""
+        self._history = table
 
     def graph_arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The whole graph, read into memory once (JOESTAR trains from host memory).
@@ -366,12 +344,12 @@ class MultistageDataModule(PartitionStoreDataModule):
     # ------------------------------------------------------------------------ stage 1
     def plan(self, epoch: int, shard: DataParallelShard | None = None) -> list[Tensor]:
         """The seeds (store ids) of every macro-batch of ``epoch``, in training order, of
-        ``shard``'s rank (default: :attr:`shard`)."""
+        ``shard``'s rank (default: :attr:`data_shard`)."""
         return [m.trained for m in self._epoch_plan(epoch, shard).macros]
 
     def steps(self, epoch: int, shard: DataParallelShard | None = None) -> list[int]:
         """The number of mini-batches of every macro-batch of ``epoch`` of ``shard``'s rank
-        (default: :attr:`shard`)."""
+        (default: :attr:`data_shard`)."""
         return [m.steps(self.batch_size) for m in self._epoch_plan(epoch, shard).macros]
 
     def dropped_targets(self, epoch: int, shard: DataParallelShard | None = None) -> int:
@@ -379,9 +357,9 @@ class MultistageDataModule(PartitionStoreDataModule):
         return self._epoch_plan(epoch, shard).dropped
 
     def _epoch_plan(self, epoch: int, shard: DataParallelShard | None = None) -> _EpochPlan:
-        """``shard``'s rank's macro-batches of ``epoch`` (default: :attr:`shard`), computed
+        """``shard``'s rank's macro-batches of ``epoch`` (default: :attr:`data_shard`), computed
         once per epoch (the loader asks for them at every macro-batch and length)."""
-        shard = self.shard if shard is None else shard
+        shard = self.data_shard if shard is None else shard
         with self._plan_lock:
             cached = self._plans.get((shard, epoch))
             if cached is None:
@@ -469,8 +447,8 @@ class MultistageDataModule(PartitionStoreDataModule):
         self, epoch: int, k: int, shard: DataParallelShard | None = None
     ) -> StageOneBatch:
         """Stage 1 (and AoT sampling) of macro-batch ``k`` of ``epoch`` of ``shard``'s rank
-        (default: :attr:`shard`), on the host."""
-        shard = self.shard if shard is None else shard
+        (default: :attr:`data_shard`), on the host."""
+        shard = self.data_shard if shard is None else shard
         with self._build_lock:  # one build at a time: they share a node-sized scratch buffer
             return self._build_macro_batch(epoch, k, shard)
 
@@ -548,9 +526,9 @@ class MultistageDataModule(PartitionStoreDataModule):
         return self.second_stage_fanouts if self.first_stage == "lbs" else self.fanouts
 
     def train_loader(self) -> MultistageLoader:
-        """The training loader of this rank's share (:attr:`shard`, read when it is built;
+        """The training loader of this rank's share (:attr:`data_shard`, read when it is built;
         a loader built for another shard is replaced)."""
-        shard = self._loader_shard()
+        shard = self.checked_data_shard()
         if self._train_loader is not None and self._train_loader_shard != shard:
             self._train_loader.close()
             self._train_loader = None
@@ -639,24 +617,25 @@ class MultistageDataModule(PartitionStoreDataModule):
             history_layers=self.history_layers,
         )
 
-    def transfer_batch_to_device(
-        self, batch: Any, device: torch.device, dataloader_idx: int
-    ) -> Any:
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # A training step reaches the model: the loader's position moves past it.
         if isinstance(batch, StagedStep):
             loader = self._train_loader
             if loader is not None and loader.handover == "reported":
                 loader.hand_over()
-            module = self.trainer.lightning_module if self._trainer_attached() else None
-            return self.to_device(batch, device, getattr(module, "history", None))
+        return batch
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        if isinstance(batch, StagedStep):
+            return self.to_device(batch, device, self._history)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, DeviceStep):
             return self.sample_on_device(batch)
         return batch
-
-    def _trainer_attached(self) -> bool:
-        return getattr(self, "trainer", None) is not None
 
     # ---------------------------------------------------------------------- counters
     def io_stats(self) -> dict[str, float]:

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -45,7 +45,8 @@ __all__ = ["NodeSequenceDataModule"]
 
 log = logging.getLogger(__name__)
 
-REORDERS = ("metis", "none")
+Reorder = Literal["metis", "none"]
+REORDERS: tuple[str, ...] = get_args(Reorder)
 # 2: the CachedDataModule layout (a manifest of the files in meta.json).
 _CACHE_FORMAT = 2
 _CLUSTERS_PER_SEQUENCE = 8  # the thesis's k = 8 clusters per sequence (RTX 3090, d = 64)
@@ -132,7 +133,7 @@ class NodeSequenceDataModule(CachedDataModule):
         dataset: GraphDataset | None = None,
         sequence_length: int = 4096,
         global_token: bool = True,
-        reorder: Literal["metis", "none"] = "metis",
+        reorder: Reorder = "metis",
         num_clusters: int | None = None,
         max_degree: int = 64,
         max_distance: int = 5,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -13,7 +13,7 @@ from torch import Tensor
 from lightgraph.data.cached_data_module import CachedDataModule
 from lightgraph.data.graph_dataset import DatasetSizes, GraphDataset, validate_graph
 from lightgraph.data.partition_plan import PartitionPlan, build_partition_plans
-from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph
+from lightgraph.data.partitioner import PARTITION_METHODS, PartitionMethod, partition_graph
 from lightgraph.data.store.cache import CacheReader, CacheWriter, tensor_digest
 from lightgraph.utilities.checks import check_choice
 
@@ -49,9 +49,10 @@ class PartitionedGraphDataModule(DatasetSizes, CachedDataModule):
 
     Args:
         dataset: the graph source, e.g. :class:`~lightgraph.data.SyntheticGraph`.
-        num_partitions: number of partitions; must equal the Trainer's world size
+        num_parts: number of partitions; must equal the Trainer's world size
             (``devices * num_nodes``). ``None`` takes the world size.
-        partitioner: ``"metis"`` (edge-cut minimising) or ``"random"``.
+        partitioner: ``"metis"`` (edge-cut minimising), ``"random"`` or ``"gap"`` (the
+            streaming partitioner of :func:`~lightgraph.data.gap_partition`).
         partition: an explicit ``[num_nodes]`` partition vector (overrides
             ``partitioner``; mainly for tests and external partitioners).
         cache_dir: where partition plans are cached, keyed by the configuration.
@@ -61,8 +62,8 @@ class PartitionedGraphDataModule(DatasetSizes, CachedDataModule):
     def __init__(
         self,
         dataset: GraphDataset,
-        num_partitions: int | None = None,
-        partitioner: Literal["metis", "random"] = "metis",
+        num_parts: int | None = None,
+        partitioner: PartitionMethod = "metis",
         partition: Tensor | None = None,
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
@@ -75,17 +76,15 @@ class PartitionedGraphDataModule(DatasetSizes, CachedDataModule):
                 f"(e.g. SyntheticGraph, RealDataset) but got {type(dataset).__name__}."
             )
         check_choice(owner, "partitioner", partitioner, PARTITION_METHODS)
-        if num_partitions is not None and (
-            isinstance(num_partitions, bool)
-            or not isinstance(num_partitions, int)
-            or num_partitions < 1
+        if num_parts is not None and (
+            isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts < 1
         ):
             raise ValueError(
-                f"{owner}: expected `num_partitions` to be a positive integer or "
-                f"None but got {num_partitions!r}."
+                f"{owner}: expected `num_parts` to be a positive integer or "
+                f"None but got {num_parts!r}."
             )
         self.dataset = dataset
-        self.num_partitions = num_partitions
+        self.num_parts = num_parts
         self.partitioner = partitioner
         self.partition = None if partition is None else torch.as_tensor(partition).long()
         self.seed = seed
@@ -94,12 +93,12 @@ class PartitionedGraphDataModule(DatasetSizes, CachedDataModule):
     # ------------------------------------------------------------------------- internals
     def _world_size(self) -> int:
         world = self.trainer.world_size if self.trainer is not None else None
-        parts = self.num_partitions if self.num_partitions is not None else (world or 1)
+        parts = self.num_parts if self.num_parts is not None else (world or 1)
         if world is not None and parts != world:
             raise ValueError(
-                f"PartitionedGraphDataModule: `num_partitions` ({parts}) must equal the Trainer's "
+                f"PartitionedGraphDataModule: `num_parts` ({parts}) must equal the Trainer's "
                 f"world size ({world} = devices x num_nodes): every process trains one partition. "
-                f"Set num_partitions={world} or leave it None."
+                f"Set num_parts={world} or leave it None."
             )
         if self.partition is not None:
             injected = int(self.partition.max()) + 1 if self.partition.numel() else 0

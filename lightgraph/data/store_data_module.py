@@ -41,7 +41,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.cached_data_module import CachedDataModule
-from lightgraph.data.data_parallel import DataParallelShard, data_parallel_shard
+from lightgraph.data.contract import DataContract
 from lightgraph.data.full_graph_batch import FullGraphBatch, SingleBatchLoader
 from lightgraph.data.graph_dataset import (
     DatasetSizes,
@@ -61,6 +61,7 @@ from lightgraph.data.hubs import select_hubs, select_hubs_on_disk
 from lightgraph.data.macro_batch import (
     RANK_SHARES,
     MacroBatchLoader,
+    RankShare,
     check_parts_per_batch,
     check_reuse,
 )
@@ -69,7 +70,12 @@ from lightgraph.data.multistage import tensor_bytes
 from lightgraph.data.on_disk import OnDiskGraph
 from lightgraph.data.out_of_core import on_disk_csc, validate_on_disk_graph
 from lightgraph.data.partition_store import PartitionStore, write_partition_store
-from lightgraph.data.partitioner import PARTITION_METHODS, partition_graph, partition_on_disk
+from lightgraph.data.partitioner import (
+    PARTITION_METHODS,
+    PartitionMethod,
+    partition_graph,
+    partition_on_disk,
+)
 from lightgraph.data.store.cache import CacheReader, CacheWriter, fingerprint_digest
 from lightgraph.utilities.checks import (
     check_bool,
@@ -85,8 +91,10 @@ from lightgraph.utilities.memory import (
     resident_memory,
 )
 
-EVAL_MODES: tuple[str, ...] = ("layerwise", "sampled")
-STORAGE_MODES: tuple[str, ...] = ("memory", "mmap")
+EvalMode = Literal["layerwise", "sampled"]
+EVAL_MODES: tuple[str, ...] = get_args(EvalMode)
+StorageMode = Literal["memory", "mmap"]
+STORAGE_MODES: tuple[str, ...] = get_args(StorageMode)
 _STORE_FORMAT = 1
 
 
@@ -137,10 +145,10 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         self,
         dataset: GraphDataset,
         num_parts: int = 64,
-        partitioner: str = "gap",
+        partitioner: PartitionMethod = "gap",
         hub_fraction: float = 0.01,
         hub_walk_length: int = 3,
-        eval_mode: str = "layerwise",
+        eval_mode: EvalMode = "layerwise",
         eval_fanouts: Sequence[int] = (20, 20, 20),
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
@@ -307,13 +315,6 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         return self.store is not None
 
     # ------------------------------------------------------------------ shared pieces
-    @property
-    def shard(self) -> DataParallelShard:
-        """This process's data-parallel ``(rank, world_size)``: the Trainer's strategy's
-        (``distributed_sampler_kwargs``), ``(0, 1)`` on one device or without a Trainer.
-        The training loader trains this rank's share of every epoch."""
-        return data_parallel_shard(self.trainer)
-
     def _store(self) -> PartitionStore:
         if self.store is None:
             raise RuntimeError(
@@ -357,6 +358,10 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
                 graph = self._in_memory
         return graph
 
+    def data_contract(self) -> DataContract:
+        """Exact layer-wise evaluation over :meth:`full_graph` (or sampled, per ``eval_mode``)."""
+        return DataContract(eval_mode=self.eval_mode, full_graph=self.full_graph)
+
     def full_graph(self) -> FullGraphBatch:
         """The whole graph (:meth:`graph_arrays`) for exact layer-wise evaluation."""
         store = self._store()
@@ -372,7 +377,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             return SingleBatchLoader(self.full_graph())
         arrays = self.graph_arrays()
         nodes = self.split_nodes(split)
-        rank, world_size = self.shard
+        rank, world_size = self.data_shard
         if world_size > 1:
             if nodes.numel() < world_size:
                 raise ValueError(
@@ -406,7 +411,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         self, batch: Any, device: torch.device, dataloader_idx: int
     ) -> Any:
         # Count what a training step hands to the device: every tensor of a sampled batch.
-        trainer = getattr(self, "trainer", None)
+        trainer = self.trainer
         if isinstance(batch, Data) and trainer is not None and trainer.training:
             self.h2d_bytes += float(tensor_bytes(*(v for _, v in batch if isinstance(v, Tensor))))
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -471,16 +476,16 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         reuse: int = 1,
         adaptive_reuse: bool = False,
         prefetch: bool = True,
-        partitioner: str = "gap",
+        partitioner: PartitionMethod = "gap",
         hub_fraction: float = 0.01,
         hub_walk_length: int = 3,
-        eval_mode: str = "layerwise",
+        eval_mode: EvalMode = "layerwise",
         eval_fanouts: Sequence[int] = (20, 20, 20),
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
         seed: int = 0,
         memory_budget: int | None = None,
-        rank_share: str = "partitions",
+        rank_share: RankShare = "partitions",
     ) -> None:
         super().__init__(
             dataset,
@@ -572,8 +577,8 @@ class MacroBatchDataModule(PartitionStoreDataModule):
             )
 
     def train_loader(self) -> MacroBatchLoader:
-        """The (single, stateful) training loader of this rank's :attr:`shard`."""
-        rank, world_size = self.shard
+        """The (single, stateful) training loader of this rank's :attr:`data_shard`."""
+        rank, world_size = self.data_shard
         loader = self._train_loader
         if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
             self._train_loader = MacroBatchLoader(
@@ -603,17 +608,15 @@ class MacroBatchDataModule(PartitionStoreDataModule):
         per epoch follow the epoch's partition draw). Without a Trainer (iterating it by
         hand) a batch counts as trained when it is yielded."""
         loader = super().train_dataloader()
-        loader.handover = "reported" if getattr(self, "trainer", None) is not None else "on-yield"
+        loader.handover = "reported" if self.trainer is not None else "on-yield"
         return loader
 
-    def transfer_batch_to_device(
-        self, batch: Any, device: torch.device, dataloader_idx: int
-    ) -> Any:
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # A training batch reaches the model: the loader's position moves past it.
-        trainer, loader = getattr(self, "trainer", None), self._train_loader
+        trainer, loader = self.trainer, self._train_loader
         if trainer is not None and trainer.training and loader is not None:
             loader.hand_over()  # a no-op unless handover="reported" (nothing is pending)
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        return batch
 
     def io_stats(self) -> dict[str, float]:
         stats = super().io_stats()
@@ -660,8 +663,8 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         dataset: GraphDataset,
         fanouts: Sequence[int] = (15, 10, 5),
         batch_size: int = 1000,
-        storage: str = "memory",
-        eval_mode: str = "layerwise",
+        storage: StorageMode = "memory",
+        eval_mode: EvalMode = "layerwise",
         eval_fanouts: Sequence[int] = (20, 20, 20),
         eval_batch_size: int = 4096,
         cache_dir: str = "lightgraph_cache",
@@ -695,8 +698,8 @@ class NeighborSamplingDataModule(PartitionStoreDataModule):
         return super().graph_arrays()
 
     def train_loader(self) -> NeighborSamplingLoader:
-        """The (single, stateful) training loader of this rank's :attr:`shard`."""
-        rank, world_size = self.shard
+        """The (single, stateful) training loader of this rank's :attr:`data_shard`."""
+        rank, world_size = self.data_shard
         loader = self._train_loader
         if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
             indptr, indices, x, y = self.graph_arrays()
@@ -800,7 +803,7 @@ def build_store(
     dataset: GraphDataset,
     cache_dir: str = "lightgraph_cache",
     num_parts: int = 64,
-    partitioner: str = "gap",
+    partitioner: PartitionMethod = "gap",
     hub_fraction: float = 0.01,
     hub_walk_length: int = 3,
     seed: int = 0,

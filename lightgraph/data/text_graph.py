@@ -29,7 +29,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -71,7 +71,8 @@ _TEXT_SEED_SALT = 0x7E47_0001  # decorrelates the text stream from the graph's
 _LM_INSTALL = 'pip install "lightgraph[lm]"'
 _TOKENIZER_DIR = "tokenizer"
 _SPLITS = ("train", "val", "test", "all")
-_SERVE = ("tokens", "graph")
+Serve = Literal["tokens", "graph"]
+_SERVE: tuple[str, ...] = get_args(Serve)
 
 
 def _require_lm(feature: str) -> None:
@@ -399,7 +400,7 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
         num_workers: int = 0,
         seed: int = 0,
         cache_dir: str = "lightgraph_cache",
-        serve: str = "tokens",
+        serve: Serve = "tokens",
         tokenizer: str | None = None,
     ) -> None:
         super().__init__(cache_dir)
@@ -532,6 +533,12 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
     def _loaded(self, what: str) -> None:
         if not self.is_loaded():
             raise RuntimeError(f"TextGraphDataModule: call `setup()` before `{what}`.")
+
+    @property
+    def words_per_node(self) -> int | None:
+        """Words per node text of the dataset, ``None`` when it does not say (real texts)."""
+        words = getattr(self.dataset, "words_per_node", None)
+        return None if words is None else int(words)
 
     def graph(self) -> Data:
         """The graph (``x``, ``y``, ``edge_index``, masks, ...), after ``setup``."""

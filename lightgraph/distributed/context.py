@@ -39,7 +39,7 @@ class ParallelContext:
         if self.halo_exchanger is None:
             raise RuntimeError(
                 f"{owner} needs a halo exchanger: train with "
-                "`Trainer(strategy='boundary_exchange', devices=num_partitions)` (or a "
+                "`Trainer(strategy='boundary_exchange', devices=num_parts)` (or a "
                 "BoundaryExchangeStrategy) and a LightningModule that accepts the strategy's "
                 "runtime (lightgraph.models.NodeClassifier or any ParallelContextHolder)."
             )

@@ -277,7 +277,7 @@ def exchange_needed(
             raise RuntimeError(
                 f"{owner}: this partition has halo nodes but torch.distributed is not "
                 "initialised. Train partitioned graphs with "
-                "`Trainer(strategy='boundary_exchange', devices=num_partitions)`."
+                "`Trainer(strategy='boundary_exchange', devices=num_parts)`."
             )
         return False
     world = dist.get_world_size(group)

@@ -11,9 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Data
+from torch_geometric.nn.models.basic_gnn import BasicGNN
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
 
+from lightgraph.data.contract import DataContract, data_contract
 from lightgraph.data.data_parallel import data_parallel_shard
 from lightgraph.data.full_graph_batch import FullGraphBatch
 from lightgraph.functional.sequence_parallel import shard_range
@@ -152,7 +154,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
     def _layered(self) -> bool:
         # A PyG BasicGNN whose layers can run one at a time (jk None or "last").
         model = self.model
-        return hasattr(model, "_trim") and getattr(model, "jk_mode", None) in (None, "last")
+        return isinstance(model, BasicGNN) and model.jk_mode in (None, "last")
 
     def model_step(self, batch: Data) -> tuple[Tensor, list[Tensor]]:
         """Run the GNN over ``batch``: ``(out, hidden)`` in the batch's row layout.
@@ -185,7 +187,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 None if halo_index is None else list(batch.hist),
             )
         kwargs: dict[str, Any] = {}
-        if counts and hasattr(self.model, "_trim"):
+        if counts and isinstance(self.model, BasicGNN):
             kwargs["num_sampled_nodes_per_hop"] = list(nodes_per_hop)
             kwargs["num_sampled_edges_per_hop"] = list(edges_per_hop)
         return self.model(batch.x, batch.edge_index, **kwargs), []
@@ -299,8 +301,8 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         self.__dict__["_history"] = table
 
     def on_train_start(self) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None)
-        layers = int(getattr(datamodule, "history_layers", 0) or 0)
+        contract = data_contract(self.trainer)
+        layers = contract.history_layers
         if layers == 0:
             return
         num_layers = getattr(self.model, "num_layers", None)
@@ -312,12 +314,16 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             )
         if self.history is None:
             self.history = HistoricalEmbeddings(
-                int(datamodule.num_store_nodes), sync=self._history_sync(datamodule)
+                contract.num_store_nodes, sync=self._history_sync(contract)
             )
+        assert contract.attach_history is not None  # DataContract checks it with history
+        contract.attach_history(self.history)
         # Historical embeddings start from the exact embeddings of the initial model
         # (GNNAutoScale's warm-up fill), not from zeros; a resumed run keeps its table.
         if not self.history.filled:
-            graph = datamodule.full_graph()
+            graph = contract.require_full_graph(
+                "MiniBatchNodeClassifier", "the warm fill of the historical embeddings"
+            )
             self.history.fill(
                 self.model,
                 graph.indptr,
@@ -327,7 +333,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
                 device=self.device,
             )
 
-    def _history_sync(self, datamodule: Any) -> str:
+    def _history_sync(self, contract: DataContract) -> str:
         """``history_sync`` with ``"auto"`` resolved for this Trainer and data module."""
         sync = str(self.hparams.history_sync)
         if sync != "auto":
@@ -336,7 +342,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
         # Exact layer-wise validation (it refreshes the tables) after every training epoch.
         validates = (
             self.hparams.refresh_history
-            and getattr(datamodule, "eval_mode", None) == "layerwise"
+            and contract.eval_mode == "layerwise"
             and trainer.limit_val_batches != 0
             and trainer.check_val_every_n_epoch == 1
             and trainer.val_check_interval in (1.0, None)
@@ -351,16 +357,12 @@ class MiniBatchNodeClassifier(pl.LightningModule):
             return
         if self._evaluation_shard()[1] <= 1 or self._refreshed_step == self.global_step:
             return
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is None or not hasattr(datamodule, "full_graph"):
-            raise RuntimeError(
-                "MiniBatchNodeClassifier: `history_sync='epoch'` refreshes the history from "
-                "the whole graph at every epoch's end, which needs the data module's "
-                "`full_graph()` (MultistageDataModule has it)."
-            )
+        graph = data_contract(self.trainer).require_full_graph(
+            "MiniBatchNodeClassifier", "`history_sync='epoch'` (a refresh at every epoch's end)"
+        )
         tic = time.perf_counter()
         with torch.no_grad():
-            self._full_graph_logits(datamodule.full_graph(), refresh=True)
+            self._full_graph_logits(graph, refresh=True)
         history.stats["refresh_seconds"] += time.perf_counter() - tic
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

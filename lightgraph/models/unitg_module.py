@@ -325,14 +325,13 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         datamodule = trainer.datamodule
         owner = "UniTGModule"
         self._check_pipeline_depth(owner)
-        graph_fn = getattr(datamodule, "graph", None)
-        if not callable(graph_fn):
+        if not isinstance(datamodule, TextGraphDataModule):
             raise TypeError(
-                f"{owner}: expected a data module with a `graph()` method (e.g. "
-                f"lightgraph.data.TextGraphDataModule(serve='graph')) but got "
+                f"{owner}: expected the Trainer's data module to be a "
+                f"lightgraph.data.TextGraphDataModule (serve='graph') but got "
                 f"{type(datamodule).__name__}."
             )
-        graph = graph_fn()
+        graph = datamodule.graph()
         self._graph = graph
         n = int(graph.num_nodes)
         if int(graph.x.size(1)) != self.in_channels:
@@ -342,11 +341,6 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 f"{graph.x.size(1)}."
             )
         if self.lm is not None:
-            if not isinstance(datamodule, TextGraphDataModule):
-                raise TypeError(
-                    f"{owner}: training a language model needs token ids from a "
-                    f"lightgraph.data.TextGraphDataModule but got {type(datamodule).__name__}."
-                )
             tokens = datamodule.tokens()
             self._input_ids = tokens["input_ids"]
             self._attention_mask = tokens["attention_mask"]
@@ -400,7 +394,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 "`strategy=FlowParallelStrategy(...)` (or strategy='flow_parallel')."
             )
 
-    def _check_sequence_length(self, owner: str, datamodule: Any) -> None:
+    def _check_sequence_length(self, owner: str, datamodule: TextGraphDataModule) -> None:
         """Token sequences longer than the LM's position table fail deep inside the LM:
         refuse them here, naming both settings."""
         assert self.lm is not None and self._input_ids is not None
@@ -409,8 +403,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         length = int(self._input_ids.size(1))
         if not isinstance(limit, int) or length <= limit:
             return
-        dataset = getattr(datamodule, "dataset", None)
-        words = getattr(dataset, "words_per_node", None)
+        words = datamodule.words_per_node
         source = (
             f"`words_per_node={words}` (plus [CLS] and [SEP])"
             if isinstance(words, int)

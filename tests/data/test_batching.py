@@ -177,7 +177,7 @@ def _pbs_steps(tmp_path, ppb: int, b: int, rank: int = 0, world: int = 1):
     )
     dm.prepare_data()
     dm.setup("fit")
-    dm.shard = (rank, world)
+    dm.data_shard = (rank, world)
     ptr = dm.store.part_ptr.tolist()
     part = torch.cat([torch.full((ptr[p + 1] - ptr[p],), p) for p in range(dm.num_parts)])
     out = []

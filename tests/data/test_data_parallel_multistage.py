@@ -30,7 +30,7 @@ def _module(tmp_path, shard=None, seed=0, **kwargs) -> MultistageDataModule:
     dm.prepare_data()
     dm.setup("fit")
     if shard is not None:
-        dm.shard = shard
+        dm.data_shard = shard
     return dm
 
 
@@ -251,9 +251,9 @@ def test_a_resumed_rank_continues_from_rank_zeros_state(tmp_path, first_stage):
 def test_bad_shard_is_named(tmp_path):
     dm = _module(tmp_path)
     with pytest.raises(ValueError, match=r"`rank`.*\[0, 1\].*2"):
-        dm.shard = (2, 2)
+        dm.data_shard = (2, 2)
     with pytest.raises(ValueError, match="world_size"):
-        dm.shard = (0, 0)
+        dm.data_shard = (0, 0)
 
 
 def test_the_shard_comes_from_the_trainers_strategy(tmp_path):
@@ -266,11 +266,11 @@ def test_the_shard_comes_from_the_trainers_strategy(tmp_path):
     explicit = _epoch(_module(tmp_path, shard=(2, 3)))
     dm = _module(tmp_path)
     dm.trainer = Trainer()
-    assert dm.shard == (2, 3)
+    assert dm.data_shard == (2, 3)
     assert _epoch(dm) == explicit
     clash = _module(tmp_path, shard=(0, 3))
     clash.trainer = Trainer()
-    with pytest.raises(ValueError, match=r"`shard`.*\(0, 3\).*\(2, 3\)"):
+    with pytest.raises(ValueError, match=r"`data_shard`.*\(0, 3\).*\(2, 3\)"):
         clash.train_loader()
 
 

@@ -292,7 +292,7 @@ class _DumpTargets(Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         dm = trainer.datamodule
-        record = {"shard": list(dm.shard), "steps": self.steps}
+        record = {"shard": list(dm.data_shard), "steps": self.steps}
         with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump(record, f)
 
@@ -355,7 +355,7 @@ def test_ddp_trainer_gives_each_rank_its_shard(tmp_path, kind):
     assert dm.verify_cache(deep=True) is None
     # Each rank trained exactly what its loader with rank=r, world_size=2 yields.
     dm.setup("fit")
-    assert dm.shard == (0, 1)  # no Trainer here: one process
+    assert dm.data_shard == (0, 1)  # no Trainer here: one process
     for r, rec in enumerate(records):
         if kind == "ns":
             ref = NeighborSamplingLoader(

@@ -73,16 +73,16 @@ def test_sizes_come_from_the_dataset_without_loading() -> None:
     "kwargs,world,match",
     [
         (
-            {"num_partitions": 3},
+            {"num_parts": 3},
             2,
-            "`num_partitions` \\(3\\) must equal the Trainer's world size \\(2",
+            "`num_parts` \\(3\\) must equal the Trainer's world size \\(2",
         ),
         (
             {"partitioner": "spectral"},
             2,
             "`partitioner` to be one of \\('metis', 'random', 'gap'\\) but got 'spectral'",
         ),
-        ({"num_partitions": 0}, 2, "`num_partitions` to be a positive integer or None but got 0"),
+        ({"num_parts": 0}, 2, "`num_parts` to be a positive integer or None but got 0"),
         (
             {"partition": torch.zeros(60, dtype=torch.long)},
             2,
@@ -99,7 +99,7 @@ def test_bad_configuration(tmp_path, kwargs, world, match) -> None:
 
 def test_more_partitions_than_nodes(tmp_path) -> None:
     dm = PartitionedGraphDataModule(
-        TrickyGraph(), cache_dir=str(tmp_path), num_partitions=61, partitioner="random"
+        TrickyGraph(), cache_dir=str(tmp_path), num_parts=61, partitioner="random"
     )
     with pytest.raises(ValueError, match="`num_parts` <= num_nodes \\(60\\)"):
         dm.prepare_data()
@@ -107,7 +107,7 @@ def test_more_partitions_than_nodes(tmp_path) -> None:
 
 def test_feature_size_mismatch(tmp_path) -> None:
     dm = PartitionedGraphDataModule(
-        TrickyGraph(num_features=7), cache_dir=str(tmp_path), num_partitions=1
+        TrickyGraph(num_features=7), cache_dir=str(tmp_path), num_parts=1
     )
     with pytest.raises(ValueError, match="declares 7 features but its graph has 6"):
         dm.prepare_data()
