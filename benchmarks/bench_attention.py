@@ -43,9 +43,9 @@ Pattern (``--pattern``), built once per ``S`` in its own subprocess:
 
 * ``metis`` (default): a :class:`lightgraph.data.SyntheticGraph` of ``S - 1`` nodes
   (``--avg-degree`` 10, i.e. about 10 entries per query), reordered with
-  :func:`~lightgraph.data.sequences.metis_order` into ``--metis-parts`` (8, the data
+  :func:`~lightgraph.data.partition.sequences.metis_order` into ``--metis-parts`` (8, the data
   module's clusters per sequence) contiguous parts, then turned into the sequence's pattern
-  by :func:`~lightgraph.data.sequences.build_sequence`: the graph edges, one self-loop per
+  by :func:`~lightgraph.data.partition.sequences.build_sequence`: the graph edges, one self-loop per
   token and a global token 0 that attends to and is attended by every token -- exactly what
   ``NodeSequenceDataModule`` feeds the model for one sequence. Note the synthetic graph's only
   structure is its communities (edges inside a community are random), so the METIS order
@@ -244,7 +244,7 @@ def prepare(S: int, path: str, args: argparse.Namespace) -> None:
     import torch
 
     from lightgraph.data import SyntheticGraph
-    from lightgraph.data.sequences import build_sequence, metis_order, split_sequences
+    from lightgraph.data.partition.sequences import build_sequence, metis_order, split_sequences
 
     torch.set_num_threads(args.threads)
     n, clock = S - 1, time.perf_counter()

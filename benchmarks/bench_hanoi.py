@@ -76,7 +76,7 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from lightgraph.data.graph_dataset import GraphDataset  # noqa: E402
+from lightgraph.data.datasets.graph_dataset import GraphDataset  # noqa: E402
 
 METHODS = ("ns_mem", "hanoi", "hanoi_noreuse", "marius", "ns_ext")
 RECIPES = {

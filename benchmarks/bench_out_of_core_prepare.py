@@ -7,9 +7,9 @@ the cgroup's ``memory.max_usage_in_bytes``; a process the limit kills is reporte
 
 1. ``write``: a synthetic graph (communities, class-dependent float16 features) written
    block by block with :class:`lightgraph.data.NpyGraphWriter`;
-2. ``csc``: :func:`lightgraph.data.on_disk_csc`, the chunked CSC on disk;
-3. ``gap``: :func:`lightgraph.data.partition_on_disk` (GAP over the on-disk adjacency);
-4. ``hubs``: :func:`lightgraph.data.select_hubs_on_disk` over the CSC of step 2;
+2. ``csc``: :func:`lightgraph.data.partition.on_disk_csc`, the chunked CSC on disk;
+3. ``gap``: :func:`lightgraph.data.partition.partition_on_disk` (GAP over the on-disk adjacency);
+4. ``hubs``: :func:`lightgraph.data.partition.select_hubs_on_disk` over the CSC of step 2;
 5. ``prepare``: ``lightgraph prepare`` of ``recipes/hanoi_noreuse.yaml`` on the
    ``NpyGraph`` -- the whole store build (its own CSC, GAP, hubs and the store; the
    per-step seconds it logs in the store's ``meta.json`` are reported);
@@ -108,7 +108,8 @@ def worker_write(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def worker_csc(args: argparse.Namespace) -> dict[str, Any]:
-    from lightgraph.data import NpyGraph, on_disk_csc
+    from lightgraph.data import NpyGraph
+    from lightgraph.data.partition import on_disk_csc
 
     graph = NpyGraph(args.root).on_disk()
     os.makedirs(args.work, exist_ok=True)
@@ -119,7 +120,8 @@ def worker_csc(args: argparse.Namespace) -> dict[str, Any]:
 def worker_gap(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
-    from lightgraph.data import NpyGraph, partition_on_disk
+    from lightgraph.data import NpyGraph
+    from lightgraph.data.partition import partition_on_disk
 
     graph = NpyGraph(args.root).on_disk()
     os.makedirs(args.work, exist_ok=True)
@@ -133,7 +135,8 @@ def worker_hubs(args: argparse.Namespace) -> dict[str, Any]:
 
     import numpy as np
 
-    from lightgraph.data import NpyGraph, select_hubs_on_disk
+    from lightgraph.data import NpyGraph
+    from lightgraph.data.partition import select_hubs_on_disk
 
     graph = NpyGraph(args.root).on_disk()
     (indptr_path,) = glob.glob(os.path.join(args.work, "**", "*indptr*.npy"), recursive=True)
@@ -170,8 +173,9 @@ def worker_compare(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from lightgraph.data import NpyGraph, partition_graph, partition_on_disk
-    from lightgraph.data.store_data_module import PartitionStoreDataModule
+    from lightgraph.data import NpyGraph, partition_graph
+    from lightgraph.data.lightning.store_data_module import PartitionStoreDataModule
+    from lightgraph.data.partition import partition_on_disk
 
     class LoadOnly(NpyGraph):
         def on_disk(self):  # type: ignore[no-untyped-def]

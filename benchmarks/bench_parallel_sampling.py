@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 import lightgraph.functional.neighbor_sampling as ns
-from lightgraph.data.synthetic_graph import SyntheticGraph
+from lightgraph.data.datasets.synthetic_graph import SyntheticGraph
 from lightgraph.functional.neighbor_sampling import sample_neighbors, to_csc
 
 RESULTS = Path(__file__).parent / "results" / "parallel_sampling.json"

@@ -99,7 +99,7 @@ def worker(path: str, method: str, num_parts: int) -> dict:
     """One measurement, in its own process (called through ``--worker``)."""
     import torch
 
-    from lightgraph.data.partitioner import partition_graph
+    from lightgraph.data.partition.partitioner import partition_graph
 
     torch.set_num_threads(1)
     # Warm-up: imports, and GAP's numba kernels (loaded from the cache or compiled).

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import torch
 
 import lightgraph.functional.neighbor_sampling as ns
-from lightgraph.data.neighbor_sampler import neighbor_loader
-from lightgraph.data.synthetic_graph import SyntheticGraph
+from lightgraph.data.datasets.synthetic_graph import SyntheticGraph
+from lightgraph.data.loader.neighbor_sampler import neighbor_loader
 from lightgraph.functional.neighbor_sampling import sample_neighbors, to_csc
 from lightgraph.utilities.imports import WITH_PYG_LIB, WITH_TORCH_SPARSE
 

@@ -14,7 +14,7 @@ sequence (``sequence_length = S - 1``): a :class:`lightgraph.data.SyntheticGraph
 64 features, 8 classes, optionally ``--locality``), reordered by the data module
 (``--reorder metis``: 8 METIS parts, the data module's 8 clusters per sequence; or
 ``none``) and turned into the sequence by ``NodeSequenceDataModule.build_sequences``
-(``lightgraph.data.sequences.build_sequence``): graph edges, self-loops, the global token
+(``lightgraph.data.partition.sequences.build_sequence``): graph edges, self-loops, the global token
 0 linked both ways to every node, the token-order path when the data module adds it
 (``--token-path``; the data module's default otherwise), the bias bucket of every entry
 and the in/out-degrees. No ``[S, S]`` shortest-path table is built (``S`` is above the
@@ -128,7 +128,7 @@ def prepare(S: int, path: str, reorder: str, args: argparse.Namespace) -> dict:
     import torch
 
     from lightgraph.data import NodeSequenceDataModule, SyntheticGraph
-    from lightgraph.data.node_sequence import _to_state
+    from lightgraph.data.lightning.node_sequence import _to_state
 
     torch.set_num_threads(args.threads)
     _limit_address_space(args.max_gb)
@@ -176,7 +176,7 @@ def worker(kind: str, S: int, args: argparse.Namespace) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from lightgraph.data.node_sequence import _from_state
+    from lightgraph.data.lightning.node_sequence import _from_state
     from lightgraph.nn import Graphormer, MultiheadGraphAttention
 
     torch.set_num_threads(args.threads)

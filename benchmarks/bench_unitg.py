@@ -32,7 +32,7 @@ Five parts (``--parts``, default all), each run in fresh worker subprocesses:
   kept edges.
 * ``reorder``: seconds of one full-graph GNN epoch (forward, backward, Adam step) of
   RevGCN, RevGAT and ResGEN on a 200,000-node graph whose node ids are METIS-ordered
-  (:func:`~lightgraph.data.affinity_microbatches` with one microbatch: clusters of ~64
+  (:func:`~lightgraph.data.partition.affinity_microbatches` with one microbatch: clusters of ~64
   nodes contiguous) or randomly permuted (the generator's own ids are random with respect
   to the communities, like the permutation). Edges are sorted by (target, source) in
   both orderings, so only the id locality differs. Median of ``--reorder-repeats`` epochs
@@ -603,7 +603,8 @@ def worker_reorder(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from lightgraph.data import SyntheticGraph, affinity_microbatches
+    from lightgraph.data import SyntheticGraph
+    from lightgraph.data.partition import affinity_microbatches
     from lightgraph.nn.models.rev_gnn import ResGEN, RevGAT, RevGCN
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

@@ -90,15 +90,15 @@ from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.callbacks import RandomStateCheckpoint
 from lightgraph.data import SyntheticGraph
-from lightgraph.data.minibatch import make_generator, sample_minibatch
-from lightgraph.data.multistage import (
+from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.multistage import (
     DeviceMacroBatch,
     StageOneBatch,
     lbs_stage_one,
     stage_two,
     stage_two_generator,
 )
-from lightgraph.data.neighbor_sampler import neighbor_loader
+from lightgraph.data.loader.neighbor_sampler import neighbor_loader
 from lightgraph.functional.attention import (
     AttentionGraph,
     attend,

@@ -12,8 +12,8 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import lightgraph.strategies  # noqa: F401  (registers the strategy names)
-from lightgraph.data.graph_dataset import GraphDataset
-from lightgraph.data.npy_graph_writer import from_pyg
+from lightgraph.data.datasets.graph_dataset import GraphDataset
+from lightgraph.data.datasets.npy_graph_writer import from_pyg
 
 
 class LightgraphCLI(LightningCLI):

@@ -89,8 +89,8 @@ class RandomStateful(Protocol):
     and gradients it carries into the next epoch),
     :class:`~lightgraph.distributed.SequenceParallel` (quantisation noise),
     :class:`~lightgraph.distributed.FlowPipeline` (its stages' random stream),
-    :class:`~lightgraph.data.UniformNeighborSampler` (neighbour draws) and
-    :class:`~lightgraph.data.minibatch.NeighborSamplingLoader` (its position, which seeds its
+    :class:`~lightgraph.data.loader.UniformNeighborSampler` (neighbour draws) and
+    :class:`~lightgraph.data.loader.minibatch.NeighborSamplingLoader` (its position, which seeds its
     draws; Lightning saves it for training loaders only).
 
     Randomness derived from counters that are already checkpointed (a seed and the

@@ -315,7 +315,10 @@ def test_strategies_import_no_data_module() -> None:
     # `trainer.strategy` (Lightning's `distributed_sampler_kwargs` convention, and
     # `sequence_parallel_kwargs`); it never imports or probes a data module type.
     forbidden = _data_modules()
-    assert {"lightgraph.data.node_sequence", "lightgraph.data.NodeSequenceDataModule"} <= forbidden
+    assert {
+        "lightgraph.data.lightning.node_sequence",
+        "lightgraph.data.NodeSequenceDataModule",
+    } <= forbidden
     found, names = _module_imports()
     violations = [
         f"{module}:{line} imports {target}"
@@ -339,7 +342,7 @@ def _imports_lightning(path: Path) -> bool:
     return False
 
 
-STORE_LAYER = ("lightgraph.data.store", "lightgraph.data.partition_store")
+STORE_LAYER = ("lightgraph.data.store", "lightgraph.data.store.partition_store")
 
 
 def test_the_store_layer_reaches_no_lightning_import() -> None:
@@ -351,7 +354,8 @@ def test_the_store_layer_reaches_no_lightning_import() -> None:
     paths = dict(_modules())
     store = [m for m in graph if any(m == p or m.startswith(p + ".") for p in STORE_LAYER)]
     assert (
-        "lightgraph.data.store.cache" in store and "lightgraph.data.partition_store.reader" in store
+        "lightgraph.data.store.cache" in store
+        and "lightgraph.data.store.partition_store.reader" in store
     )
     lightning: dict[str, bool] = {}  # module -> imports lightning (each file parsed once)
     violations = []

@@ -61,7 +61,7 @@ class RandomStateCheckpoint(Callback):
       halo rows and gradients the exchanger's asynchronous pipeline carries into the next
       epoch), the strategy itself, every submodule of the LightningModule, the
       DataModule, and the training dataloaders, their samplers and
-      :class:`~lightgraph.data.UniformNeighborSampler`\\ s;
+      :class:`~lightgraph.data.loader.UniformNeighborSampler`\\ s;
     * the ``generator`` of every training ``DataLoader`` (its shuffle and worker seeds).
 
     Restored: not when the checkpoint is loaded -- start-up (data set-up, model

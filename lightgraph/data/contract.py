@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from lightgraph.data.full_graph_batch import FullGraphBatch
+    from lightgraph.data.batch import FullGraphBatch
 
 __all__ = ["DataContract", "DataContractProvider", "HistoryTable", "data_contract"]
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-from lightgraph.data.affinity import (
+from lightgraph.data.partition.affinity import (
     AFFINITY_REORDERS,
     AffinityMicrobatches,
     affinity_microbatches,
@@ -163,7 +163,7 @@ class FlowPipeline:
     :meth:`build` splits a deep GNN into ``P`` stages of consecutive layers
     (:func:`~lightgraph.nn.models.pipeline_stages.split_stages`), one per rank of
     ``group`` (rank ``i`` runs stage ``i``), and the graph into ``M`` affinity microbatches
-    (:func:`~lightgraph.data.affinity_microbatches`; edges between microbatches are
+    (:func:`~lightgraph.data.partition.affinity_microbatches`; edges between microbatches are
     dropped). :meth:`step` runs one training step with
     :class:`torch.distributed.pipelining.ScheduleGPipe`: the forward passes of all
     microbatches, then their backward passes; every rank accumulates the gradients of its
@@ -213,7 +213,7 @@ class FlowPipeline:
         group: process group of the pipeline (default: the world group); its size is the
             number of stages ``P``.
         num_microbatches: default ``M`` of :meth:`build` (``None``:
-            :func:`~lightgraph.data.default_num_microbatches`).
+            :func:`~lightgraph.data.partition.default_num_microbatches`).
         reorder: default node reordering of :meth:`build` (``"metis"``, ``"random"``,
             ``"none"``).
         seed: default seed of :meth:`build` (METIS, random permutation).
@@ -347,12 +347,12 @@ class FlowPipeline:
             num_nodes: number of nodes ``N``.
             num_microbatches: ``M`` in ``[1, N]``; ``None``: the constructor's
                 ``num_microbatches``, or if that is ``None`` too
-                :func:`~lightgraph.data.default_num_microbatches` ``(N, P)``.
+                :func:`~lightgraph.data.partition.default_num_microbatches` ``(N, P)``.
             reorder: ``"metis"``, ``"random"`` or ``"none"``; ``None``: the constructor's.
             seed: seed of the reordering; ``None``: the constructor's.
 
         Returns:
-            The :class:`~lightgraph.data.AffinityMicrobatches`.
+            The :class:`~lightgraph.data.partition.AffinityMicrobatches`.
         """
         owner = "FlowPipeline.build"
         num_nodes = check_int(owner, "num_nodes", num_nodes)

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.data.partition.partition_plan import PartitionPlan
 from lightgraph.distributed.bit_assignment import reassign_bits
 from lightgraph.distributed.link_profiler import resolve_cost_model
 from lightgraph.functional.exchange_stats import ExchangeStats
@@ -247,8 +247,8 @@ class HaloExchanger:
         boundary_sampling: BNS-GCN keep-probability ``p`` or ``None``.
         seed: seed of quantisation noise and boundary sampling.
         compile_quantization: quantise/dequantise with the ``torch.compile``-d kernels of
-            :mod:`lightgraph.functional.quantize` (same bytes, ~1.9x faster quantisation on
-            CPU once compiled; the first epoch pays the compilation).
+            :mod:`lightgraph.functional.quantize` (same bytes, faster quantisation on the
+            CPU once compiled, docs/benchmarks.md; the first epoch pays the compilation).
     """
 
     def __init__(

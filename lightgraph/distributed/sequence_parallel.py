@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightgraph.data.partition_plan import boundary_importance
+from lightgraph.data.partition.partition_plan import boundary_importance
 from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.halo_exchange import start_exchange_bytes
 from lightgraph.functional.halo_plan import HaloPlan
@@ -47,7 +47,7 @@ def token_importance(graph: Any) -> Tensor:
     key and value, the more attention outputs its quantisation error reaches, as a
     boundary node's in-degree counts the aggregations its halo row enters. The
     importance is the mid-rank percentile of that degree among all ``S`` tokens,
-    :func:`~lightgraph.data.partition_plan.boundary_importance` over the whole sequence
+    :func:`~lightgraph.data.partition.partition_plan.boundary_importance` over the whole sequence
     (the largest degree gets 1). It is the same on every rank (every rank holds the full
     pattern), so both ends of a token row compute the same width. Cached in
     ``graph.cache``.

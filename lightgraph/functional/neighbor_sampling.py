@@ -25,9 +25,7 @@ generator state and ``num_threads`` (but differs from the ``num_threads=1`` samp
 
 Sampling is many small tensor operations: torch's intra-op threads (``torch.
 set_num_threads``) only add hand-offs to them, and on a machine whose cores are busy they
-collapse it (on two cores under load, one batch of fanouts 15/10/5 on a 1M-node graph
-takes about 8x longer with two intra-op threads than with one; ``docs/benchmarks.md``,
-"Sampler threads"). :func:`sample_neighbors` therefore runs with ``intra_op_threads=1`` by
+collapse it (``docs/benchmarks.md``, "Sampler threads", has the measurement). :func:`sample_neighbors` therefore runs with ``intra_op_threads=1`` by
 default, set for the call and restored afterwards.
 """
 

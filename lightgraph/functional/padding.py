@@ -1,7 +1,7 @@
 """Pad a sampled mini-batch to fixed per-hop sizes without changing its real rows' results.
 
 A neighbour-sampled mini-batch (PyG ``NeighborLoader`` layout, see
-:func:`lightgraph.data.minibatch.sample_minibatch`) has a different number of nodes and
+:func:`lightgraph.data.loader.minibatch.sample_minibatch`) has a different number of nodes and
 edges in every hop of every batch, so a ``torch.compile``d model with static shapes would
 recompile on every batch. :func:`pad_minibatch` pads every hop's node block and every
 hop's edge block *in place* to a given size (a bucket), so the shapes -- and the per-hop

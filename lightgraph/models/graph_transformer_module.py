@@ -11,9 +11,9 @@ from torch import Tensor, nn
 from torchmetrics import MeanAbsoluteError, Metric
 from torchmetrics.classification import MulticlassAccuracy
 
-from lightgraph.data.graph_set import GraphSetDataModule
-from lightgraph.data.node_sequence import NodeSequenceDataModule
-from lightgraph.data.token_batch import TokenBatch
+from lightgraph.data.lightning.graph_set import GraphSetDataModule
+from lightgraph.data.lightning.node_sequence import NodeSequenceDataModule
+from lightgraph.data.loader.token_batch import TokenBatch
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.sequence_parallel import SequenceParallel
 from lightgraph.nn.attention import MultiheadGraphAttention
@@ -28,7 +28,7 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
     :class:`~lightgraph.nn.models.gt.GT`) on TorchGT's node sequences or graph sets.
 
     ``task="node"``: every batch is one node sequence
-    (:class:`~lightgraph.data.node_sequence.NodeSequenceDataModule`); the loss is the mean
+    (:class:`~lightgraph.data.lightning.node_sequence.NodeSequenceDataModule`); the loss is the mean
     over the sequence's training tokens. Under a graph-parallel strategy
     (``GraphParallelStrategy``) the strategy hands its ``sequence_parallel`` to the module
     (:attr:`parallel_context`) and :meth:`configure_model` installs it on every attention
@@ -43,7 +43,7 @@ class GraphTransformerModule(ParallelContextHolder, pl.LightningModule):
     so the strategy's sum of the ranks' gradients is the single-process gradient (the
     all-to-all backward routes every token's gradient to the rank that computed it).
     ``task="graph"``: batches of graphs
-    (:class:`~lightgraph.data.graph_set.GraphSetDataModule`), mean loss over the batch's
+    (:class:`~lightgraph.data.lightning.graph_set.GraphSetDataModule`), mean loss over the batch's
     graphs, plain data parallelism (divided by the world size under a graph-parallel
     strategy, which sums gradients instead of averaging them).
 

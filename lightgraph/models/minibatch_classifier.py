@@ -15,9 +15,9 @@ from torch_geometric.nn.models.basic_gnn import BasicGNN
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
 
+from lightgraph.data.batch import FullGraphBatch
 from lightgraph.data.contract import DataContract, data_contract
-from lightgraph.data.data_parallel import data_parallel_shard
-from lightgraph.data.full_graph_batch import FullGraphBatch
+from lightgraph.data.loader.data_parallel import data_parallel_shard
 from lightgraph.functional.sequence_parallel import shard_range
 from lightgraph.nn.destination import destination_forward
 from lightgraph.nn.history import SYNC_MODES, HistoricalEmbeddings
@@ -37,7 +37,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
 
     A training batch is a :class:`torch_geometric.data.Data` whose first ``batch_size``
     nodes are the targets (seeds) and whose other nodes are their sampled neighbourhood
-    -- what :func:`lightgraph.data.neighbor_loader`, the macro-batch and multistage data
+    -- what :func:`lightgraph.data.loader.neighbor_loader`, the macro-batch and multistage data
     modules produce. The loss is the mean over the seeds.
 
     Evaluation batches come in two forms, chosen by the data module:
@@ -419,7 +419,7 @@ class MiniBatchNodeClassifier(pl.LightningModule):
     def _evaluation_shard(self) -> tuple[int, int]:
         """``(rank, world_size)`` over which layer-wise evaluation splits the nodes.
 
-        The data-parallel replicas (:func:`~lightgraph.data.data_parallel.data_parallel_shard`)
+        The data-parallel replicas (:func:`~lightgraph.data.loader.data_parallel.data_parallel_shard`)
         when they are all the Trainer's processes (the all-gather spans the whole world);
         ``(0, 1)`` otherwise (one process, or a strategy whose ranks are not replicas, such
         as graph or pipeline parallelism: every rank computes everything).

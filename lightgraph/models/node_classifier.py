@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy, MultilabelF1Score
 
-from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.data.partition.partition_plan import PartitionPlan
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 from lightgraph.utilities.checks import check_non_negative, check_positive

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.utils import degree as node_degree
 
-from lightgraph.data.text_graph import TextGraphDataModule
+from lightgraph.data.lightning.text_graph import TextGraphDataModule
 from lightgraph.distributed.bubble_interleaver import BubbleInterleaver
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.flow_pipeline import FlowPipeline

@@ -31,10 +31,8 @@ multiply a ``torch.sparse_csr_tensor`` ``adj_t`` of shape ``[num_dst, num_src]``
 ``gcn_norm`` weights as values). The sampler's edges are grouped by target in
 ascending order (hops in order, each hop grouped by target), so the row pointer is a
 bincount and a cumulative sum, O(E), no sort; other orders are sorted by target first.
-Measured on a shared 2-core CPU (one thread; 3 layers, 200k-node synthetic graph, 64
-features, fanouts 15/10/5, 1000 seeds: 134k nodes, 374k edges), one training step
-(forward, backward, Adam) runs 1.4-1.5x / 1.35x faster than over ``edge_index`` for
-GraphSAGE (mean) with hidden 128 / 256, and 2.2x / 2.1x faster for GCN. Attention convs,
+On the CPU a training step of GraphSAGE (mean) and GCN runs faster this way than over
+``edge_index`` (docs/benchmarks.md, "Where the margin comes from"). Attention convs,
 ``max``-style aggregations, user convs and CUDA tensors (not measured) keep
 ``edge_index``; ``torch.compile`` keeps it too (a CSR product has data-dependent sizes
 and breaks a full graph), as does CPU autocast (the sparse products take no bfloat16).

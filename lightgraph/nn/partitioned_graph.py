@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.data.partition.partition_plan import PartitionPlan
 from lightgraph.typing import HaloExchange
 
 

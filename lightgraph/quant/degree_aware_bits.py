@@ -15,7 +15,7 @@ class DegreeAwareBits(BitWidthPolicy):
 
     Every boundary node carries an importance :math:`p_v \\in [0, 1]`, the percentile rank
     of its *global* in-degree among all boundary nodes
-    (:func:`~lightgraph.data.partition_plan.boundary_importance`): equal in-degrees share
+    (:func:`~lightgraph.data.partition.partition_plan.boundary_importance`): equal in-degrees share
     the mid-rank of their tie, and the largest in-degree gets 1. Given the time-adaptive
     base width :math:`b_t`, the candidate widths are :math:`\\{b_t, 2b_t, \\dots, 8\\}`
     (:math:`k` of them) and a node gets the :math:`\\lfloor p_v k \\rfloor`-th candidate

@@ -18,7 +18,7 @@ from lightning.pytorch.overrides.distributed import _sync_module_states
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightgraph.data.affinity import AFFINITY_REORDERS
+from lightgraph.data.partition.affinity import AFFINITY_REORDERS
 from lightgraph.distributed.context import ParallelContext
 from lightgraph.distributed.flow_pipeline import FlowPipeline
 from lightgraph.strategies.exchange_group import ExchangeGroupStrategy
@@ -60,7 +60,7 @@ class FlowParallelStrategy(ExchangeGroupStrategy):
 
     Args:
         num_microbatches: ``M`` (``None``: UniTG's rule,
-            :func:`~lightgraph.data.default_num_microbatches`, at most ``P``).
+            :func:`~lightgraph.data.partition.default_num_microbatches`, at most ``P``).
         reorder: node reordering before the microbatches are cut: ``"metis"`` (affinity
             aware), ``"random"`` or ``"none"``.
         seed: seed of the reordering.

@@ -147,7 +147,7 @@ class GraphParallelStrategy(ExchangeGroupStrategy):
         """This rank's token shard: ``{"world_size": P, "rank": r}`` of the sequence-parallel
         group, for data modules that cut sequences into token shards (read in their
         ``setup``, after the strategy has set up its group;
-        :func:`~lightgraph.data.token_batch.sequence_parallel_shard`)."""
+        :func:`~lightgraph.data.loader.token_batch.sequence_parallel_shard`)."""
         sp = self.sequence_parallel
         return {"world_size": sp.world_size, "rank": sp.rank}
 

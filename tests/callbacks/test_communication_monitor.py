@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 
 from lightgraph.callbacks import CommunicationMonitor
-from lightgraph.data import PartitionedGraphDataModule, SyntheticGraph, build_partition_plans
+from lightgraph.data import PartitionedGraphDataModule, SyntheticGraph
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.distributed import HaloExchanger, ParallelContext, ParallelContextHolder
 from lightgraph.models import NodeClassifier
 from lightgraph.nn import GCN

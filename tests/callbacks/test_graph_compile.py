@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.callbacks.graph_compile import GraphCompile
-from lightgraph.data.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.models.minibatch_classifier import MiniBatchNodeClassifier
 

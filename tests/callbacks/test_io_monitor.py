@@ -9,7 +9,7 @@ from torch_geometric.nn.models import GraphSAGE
 from lightgraph.callbacks import IOMonitor
 from lightgraph.callbacks.io_monitor import process_io
 from lightgraph.data import MacroBatchDataModule, SyntheticGraph
-from lightgraph.data.macro_batch import macro_batch_schedule
+from lightgraph.data.loader.macro_batch import macro_batch_schedule
 from lightgraph.models import MiniBatchNodeClassifier
 
 DATASET = SyntheticGraph(num_nodes=800, avg_degree=6, num_features=8, seed=4)

@@ -20,7 +20,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.callbacks import RandomStateCheckpoint
 from lightgraph.data import NodeSequenceDataModule, PartitionedGraphDataModule, SyntheticGraph
-from lightgraph.data.neighbor_sampler import neighbor_loader
+from lightgraph.data.loader.neighbor_sampler import neighbor_loader
 from lightgraph.models import GraphTransformerModule, MiniBatchNodeClassifier, NodeClassifier
 from lightgraph.nn import GCN, GT
 from lightgraph.quant import FixedBits

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from lightgraph.data.partition_plan import build_partition_plans
+from lightgraph.data.partition.partition_plan import build_partition_plans
 from lightgraph.distributed import reassign_bits
 from lightgraph.quant import CommCostModel, FixedBits, VarianceAwareBits, aggregation_coefficients
 from tests.distributed_helpers import run_distributed

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lightgraph.data import build_partition_plans
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.distributed import HaloExchanger
 from tests.distributed_helpers import run_distributed
 from tests.graphs import tricky_graph

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lightgraph.data import build_partition_plans
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.distributed import HaloExchanger
 from lightgraph.quant import DegreeAwareBits, FixedBits
 from tests.distributed_helpers import run_distributed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightgraph.data import build_partition_plans
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.distributed import HaloExchanger
 from lightgraph.quant import FixedBits
 from tests.distributed_helpers import run_distributed

@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from lightgraph.data import build_partition_plans
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.functional.halo_plan import HaloPlan
 
 EDGES = [(0, 1), (1, 2), (3, 1), (4, 2), (2, 3), (5, 4), (0, 5), (3, 4)]

@@ -10,9 +10,9 @@ import torch
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
-from lightgraph.data.node_sequence import NodeSequenceDataModule
-from lightgraph.data.synthetic_graph import SyntheticGraph
+from lightgraph.data import GraphSetDataModule, SyntheticGraphSet
+from lightgraph.data.datasets.synthetic_graph import SyntheticGraph
+from lightgraph.data.lightning.node_sequence import NodeSequenceDataModule
 from lightgraph.distributed import ParallelContext, SequenceParallel
 from lightgraph.models.graph_transformer_module import GraphTransformerModule
 from lightgraph.nn.models.graphormer import Graphormer

@@ -56,7 +56,7 @@ def test_exact_evaluation_equals_the_full_graph_model():
 def test_trimming_gives_the_same_seed_logits():
     data = DATASET.load()
     indptr, indices = to_csc(data.edge_index, data.num_nodes)
-    from lightgraph.data import sample_minibatch
+    from lightgraph.data.loader import sample_minibatch
 
     batch = sample_minibatch(indptr, indices, data.x, data.y, torch.arange(50), [5, 5])
     module = _model().eval()
@@ -71,7 +71,7 @@ def test_model_step_computes_only_each_layers_destination_rows():
     untrimmed forward over the whole sampled subgraph."""
     data = DATASET.load()
     indptr, indices = to_csc(data.edge_index, data.num_nodes)
-    from lightgraph.data import sample_minibatch
+    from lightgraph.data.loader import sample_minibatch
 
     batch = sample_minibatch(indptr, indices, data.x, data.y, torch.arange(50), [5, 5])
     module = _model().double()

@@ -23,7 +23,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 import lightgraph.models.minibatch_classifier as minibatch_classifier
 from lightgraph.data import FullGraphBatch, NeighborSamplingDataModule, SyntheticGraph
-from lightgraph.data.full_graph_batch import SingleBatchLoader
+from lightgraph.data.batch import SingleBatchLoader
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.models import MiniBatchNodeClassifier
 from lightgraph.nn.history import HistoricalEmbeddings

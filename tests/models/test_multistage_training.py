@@ -10,7 +10,7 @@ from torch_geometric.nn.models import GAT, GraphSAGE
 
 from lightgraph.callbacks import RandomStateCheckpoint
 from lightgraph.data import MultistageDataModule, SyntheticGraph
-from lightgraph.data.multistage import MultistageLoader
+from lightgraph.data.loader.multistage import MultistageLoader
 from lightgraph.models import MiniBatchNodeClassifier
 
 DATASET = SyntheticGraph(num_nodes=600, avg_degree=6, num_features=8, train_ratio=0.3, seed=5)

@@ -7,12 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightgraph.data import (
-    PartitionedGraphDataModule,
-    PartitionPlan,
-    SyntheticGraph,
-    build_partition_plans,
-)
+from lightgraph.data import PartitionedGraphDataModule, PartitionPlan, SyntheticGraph
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.models import NodeClassifier
 from lightgraph.nn import GCN, MLP
 from tests.graphs import tricky_graph

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from lightgraph.data import SyntheticGraph, SyntheticTextGraph, TextGraphDataModule  # noqa: E402
-from lightgraph.data.text_graph import build_tokenizer  # noqa: E402
+from lightgraph.data.datasets.text_graph import build_tokenizer  # noqa: E402
 from lightgraph.nn import EarlyExitEncoder, LMEncoder  # noqa: E402
 from lightgraph.utilities import resolve_model_path  # noqa: E402
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lightgraph.data import build_partition_plans
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.nn import PartitionedGraph
 from tests.graphs import tricky_graph
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from lightgraph.data import build_partition_plans
-from lightgraph.data.partition_plan import boundary_importance
+from lightgraph.data.partition import build_partition_plans
+from lightgraph.data.partition.partition_plan import boundary_importance
 from lightgraph.quant import DegreeAwareBits
 from tests.graphs import tricky_graph
 

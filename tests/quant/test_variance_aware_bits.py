@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from lightgraph.data.partition_plan import build_partition_plans
+from lightgraph.data.partition.partition_plan import build_partition_plans
 from lightgraph.distributed import HaloExchanger
 from lightgraph.functional.quantize import PARAM_BYTES_PER_ROW, packed_nbytes
 from lightgraph.quant import (

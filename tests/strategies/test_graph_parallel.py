@@ -12,8 +12,8 @@ from lightning.pytorch.strategies import StrategyRegistry
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightgraph.data.data_parallel import data_parallel_shard
-from lightgraph.data.token_batch import TokenShard, sequence_parallel_shard
+from lightgraph.data.loader.data_parallel import data_parallel_shard
+from lightgraph.data.loader.token_batch import TokenShard, sequence_parallel_shard
 from lightgraph.distributed import ParallelContextHolder, SequenceParallel
 from lightgraph.functional.sequence_parallel import shard_range
 from lightgraph.strategies.graph_parallel import GraphParallelStrategy

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from lightgraph.cli import build_cli
-from lightgraph.data.node_sequence import NodeSequenceDataModule
-from lightgraph.data.synthetic_graph import SyntheticGraph
+from lightgraph.data.datasets.synthetic_graph import SyntheticGraph
+from lightgraph.data.lightning.node_sequence import NodeSequenceDataModule
 from lightgraph.distributed import parallel_context
 from lightgraph.functional.sequence_parallel import shard_sizes
 from lightgraph.models.graph_transformer_module import GraphTransformerModule

@@ -1,4 +1,6 @@
-"""The resumable loader base every sampled system's training loader is built on."""
+"""Loaders: the one resumable loader base (:mod:`.base`) and the samplers built on it --
+neighbour sampling (NS), JOESTAR's multistage LBS/PBS, HANOI's macro-batches -- plus
+batching, data-parallel sharding and the token batches of the graph transformers."""
 
 from lightgraph.data.loader.base import (
     HANDOVERS,
@@ -8,5 +10,27 @@ from lightgraph.data.loader.base import (
     Prefetcher,
     ResumableLoader,
 )
+from lightgraph.data.loader.data_parallel import DataParallelShard
+from lightgraph.data.loader.macro_batch import MacroBatchLoader
+from lightgraph.data.loader.minibatch import NeighborSamplingLoader, sample_minibatch
+from lightgraph.data.loader.multistage import MultistageLoader
+from lightgraph.data.loader.neighbor_sampler import UniformNeighborSampler, neighbor_loader
+from lightgraph.data.loader.token_batch import TokenBatch, TokenShard
 
-__all__ = ["HANDOVERS", "Emit", "LoaderStats", "Moved", "Prefetcher", "ResumableLoader"]
+__all__ = [
+    "HANDOVERS",
+    "DataParallelShard",
+    "Emit",
+    "LoaderStats",
+    "MacroBatchLoader",
+    "Moved",
+    "MultistageLoader",
+    "NeighborSamplingLoader",
+    "Prefetcher",
+    "ResumableLoader",
+    "TokenBatch",
+    "TokenShard",
+    "UniformNeighborSampler",
+    "neighbor_loader",
+    "sample_minibatch",
+]

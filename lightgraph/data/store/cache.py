@@ -5,8 +5,8 @@ through a :class:`CacheWriter` (atomic files in a private staging directory, pub
 whole with one :func:`os.replace`, a manifest ``meta.json`` with every file's size and
 SHA-1 written last) and read by a :class:`CacheReader`, which turns a missing, truncated
 or corrupt file into a :class:`CorruptCacheError` naming the file and the fix.
-:class:`~lightgraph.data.cached_data_module.CachedDataModule` is the Lightning side;
-the partition store (:mod:`lightgraph.data.partition_store`) is written and read through
+:class:`~lightgraph.data.lightning.cached_data_module.CachedDataModule` is the Lightning side;
+the partition store (:mod:`lightgraph.data.store.partition_store`) is written and read through
 this module without importing Lightning.
 """
 

@@ -414,8 +414,9 @@ def cluster_sparse_attention(
 
     ``implementation="auto"`` (default): ``"flex"`` on CUDA when it applies (no dropout,
     ``layout.block_size`` a multiple of 16, float32/float16/bfloat16, Triton available),
-    ``"tiles"`` otherwise: on an H100 FlexAttention was 9-14x faster than the tiles at 16K
-    tokens; on the CPU it is forward only and slower, so the CPU always runs the tiles.
+    ``"tiles"`` otherwise: on a GPU FlexAttention is faster than the tiles (docs/benchmarks.md
+    has the measurement); on the CPU it is forward only and slower, so the CPU always runs
+    the tiles.
 
     A query with no pair outputs zeros under every implementation.
 

@@ -24,7 +24,7 @@ from torch_geometric.nn.conv import (
     TransformerConv,
 )
 
-from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.data.partition.partition_plan import PartitionPlan
 from lightgraph.functional.sparse_matmul import spmm_with_cached_transpose
 from lightgraph.nn.conv.split import SplitLayer, split_layer
 from lightgraph.nn.partitioned_graph import PartitionedGraph

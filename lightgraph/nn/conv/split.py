@@ -51,7 +51,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.conv import GATConv, GCN2Conv, GCNConv, SAGEConv
 from torch_geometric.utils import scatter, softmax
 
-from lightgraph.data.partition_plan import PartitionPlan
+from lightgraph.data.partition.partition_plan import PartitionPlan
 from lightgraph.functional.sparse_matmul import cached_transpose_spmm
 from lightgraph.nn.conv.gcn_propagation import GCNPropagation
 

@@ -1,6 +1,6 @@
 """Shared plumbing of the graph transformers (Graphormer, GT) over TorchGT's token batches.
 
-Both models take one :class:`~lightgraph.data.token_batch.TokenBatch` (a node sequence or
+Both models take one :class:`~lightgraph.data.loader.token_batch.TokenBatch` (a node sequence or
 a batch of graphs) and attend with :func:`~lightgraph.functional.attention.attend` over the
 batch's :class:`~lightgraph.functional.attention.AttentionGraph`: ``"dense"`` (SDPA),
 ``"raw"``, topology-induced ``"sparse"``, ``"cluster_sparse"``, ``"auto"`` (the one of
@@ -27,7 +27,7 @@ from lightgraph.nn.attention.multihead_graph_attention import MultiheadGraphAtte
 from lightgraph.utilities.checks import check_choice, check_divisible, check_int
 
 if TYPE_CHECKING:
-    from lightgraph.data.token_batch import TokenBatch
+    from lightgraph.data.loader.token_batch import TokenBatch
 
 __all__ = ["TASKS"]
 

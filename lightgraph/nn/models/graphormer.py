@@ -17,7 +17,7 @@ from lightgraph.nn.models.graph_transformer_layer import GraphTransformerLayer
 from lightgraph.utilities.checks import check_int, check_rate
 
 if TYPE_CHECKING:
-    from lightgraph.data.token_batch import TokenBatch
+    from lightgraph.data.loader.token_batch import TokenBatch
 
 __all__ = ["GRAPHORMER_PRESETS", "Graphormer"]
 
@@ -66,7 +66,7 @@ class Graphormer(_GraphTransformer):
             ``"cluster_sparse"`` or ``"auto"``.
 
     Shapes:
-        - **input:** a :class:`~lightgraph.data.token_batch.TokenBatch` with ``S_r`` tokens
+        - **input:** a :class:`~lightgraph.data.loader.token_batch.TokenBatch` with ``S_r`` tokens
         - **output:** ``[S_r, out_channels]`` (node) or ``[num_graphs, out_channels]`` (graph)
     """
 

@@ -18,7 +18,7 @@ from lightgraph.nn.models.graph_transformer_layer import NORMS, GraphTransformer
 from lightgraph.utilities.checks import check_choice, check_int, check_rate
 
 if TYPE_CHECKING:
-    from lightgraph.data.token_batch import TokenBatch
+    from lightgraph.data.loader.token_batch import TokenBatch
 
 __all__ = ["GT"]
 
@@ -67,7 +67,7 @@ class GT(_GraphTransformer):
             ``"cluster_sparse"`` or ``"auto"``.
 
     Shapes:
-        - **input:** a :class:`~lightgraph.data.token_batch.TokenBatch` with ``lap_pe``
+        - **input:** a :class:`~lightgraph.data.loader.token_batch.TokenBatch` with ``lap_pe``
         - **output:** ``[S_r, out_channels]`` (node) or ``[num_graphs, out_channels]`` (graph)
     """
 

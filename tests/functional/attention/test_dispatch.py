@@ -8,7 +8,7 @@ import torch
 
 import lightgraph.functional.attention.cluster_sparse as cluster_sparse
 import lightgraph.functional.attention.dispatch as dispatch
-from lightgraph.data.sequences import build_sequence
+from lightgraph.data.partition.sequences import build_sequence
 from lightgraph.functional.attention import (
     AUTO_MIN_TILE_FILL,
     DEFAULT_DENSE_EVERY,

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 import lightgraph.functional.attention.cluster_sparse as cluster_sparse
-from lightgraph.data.token_batch import TokenBatch
+from lightgraph.data.loader.token_batch import TokenBatch
 from lightgraph.functional.attention import DEFAULT_DENSE_EVERY
 from lightgraph.nn.attention import MultiheadGraphAttention
 from tests.functional.attention.test_cluster_sparse import _refuse_machine_reads

@@ -10,7 +10,8 @@ import torch.distributed as dist
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv, SGConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from lightgraph.data import PartitionPlan, build_partition_plans
+from lightgraph.data import PartitionPlan
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.distributed import HaloExchanger
 from lightgraph.nn import (
     DAGNN,

@@ -187,7 +187,7 @@ def test_split_can_be_switched_off() -> None:
 
 def test_split_adjacency_blocks_add_up() -> None:
     data, part = tricky_graph(3)
-    from lightgraph.data import build_partition_plans
+    from lightgraph.data.partition import build_partition_plans
 
     plan = build_partition_plans(data, part, 3)[1]
     h = torch.randn(plan.num_local, 4, dtype=torch.float64)
@@ -217,7 +217,7 @@ def test_split_adjacency_blocks_add_up() -> None:
 @pytest.mark.parametrize("overlap", [False, True])
 def test_exchanger_without_start_halo_serves_the_split_path(overlap: bool) -> None:
     """A protocol-only exchanger (``__call__``, ``start`` / ``finish``) still serves the split path."""
-    from lightgraph.data import build_partition_plans
+    from lightgraph.data.partition import build_partition_plans
 
     data, part = tricky_graph(2)
     plan = build_partition_plans(data, part, 2)[0]

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import torch_geometric.nn.models as pyg_models
 from torch_geometric.nn import MLP, GINConv, MessagePassing
 
-from lightgraph.data import build_partition_plans
+from lightgraph.data.partition import build_partition_plans
 from lightgraph.distributed import HaloExchanger
 from lightgraph.nn import BasicGNN, PartitionedGraph
 from tests.distributed_helpers import run_distributed

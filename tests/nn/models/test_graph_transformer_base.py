@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from lightgraph.data.sequences import build_sequence
+from lightgraph.data.partition.sequences import build_sequence
 from lightgraph.functional.attention import KINDS
 from lightgraph.nn.attention import MultiheadGraphAttention
 from lightgraph.nn.models.graphormer import Graphormer

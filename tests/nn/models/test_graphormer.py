@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightgraph.data.sequences import build_sequence
+from lightgraph.data.partition.sequences import build_sequence
 from lightgraph.nn.models.graphormer import GRAPHORMER_PRESETS, Graphormer
 from tests.nn.models.transformer_checks import F_IN, OUT, sequence
 

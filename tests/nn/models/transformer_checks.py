@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from lightgraph.data.graph_set import GraphSetDataModule, SyntheticGraphSet
-from lightgraph.data.sequences import build_sequence
-from lightgraph.data.token_batch import TokenBatch
+from lightgraph.data import GraphSetDataModule, SyntheticGraphSet
+from lightgraph.data.loader.token_batch import TokenBatch
+from lightgraph.data.partition.sequences import build_sequence
 from lightgraph.nn.models.graphormer import Graphormer
 from lightgraph.nn.models.gt import GT
 

@@ -1,0 +1,34 @@
+"""Graph sources: the :class:`GraphDataset` base, synthetic and real graphs, ``.npy`` graphs
+(and their writer), on-disk views, text-attributed graphs and sets of small graphs."""
+
+from lightgraph.data.datasets.graph_dataset import GraphDataset, validate_graph
+from lightgraph.data.datasets.graph_set import SyntheticGraphSet
+from lightgraph.data.datasets.npy_graph import NpyGraph
+from lightgraph.data.datasets.npy_graph_writer import NpyGraphWriter, from_pyg
+from lightgraph.data.datasets.on_disk import OnDiskGraph
+from lightgraph.data.datasets.real_dataset import REAL_DATASETS, RealDataset
+from lightgraph.data.datasets.synthetic_graph import SyntheticGraph, generate_synthetic_graph
+from lightgraph.data.datasets.text_graph import (
+    SPECIAL_TOKENS,
+    SyntheticTextGraph,
+    build_tokenizer,
+    load_tokenizer,
+)
+
+__all__ = [
+    "REAL_DATASETS",
+    "SPECIAL_TOKENS",
+    "GraphDataset",
+    "NpyGraph",
+    "NpyGraphWriter",
+    "OnDiskGraph",
+    "RealDataset",
+    "SyntheticGraph",
+    "SyntheticGraphSet",
+    "SyntheticTextGraph",
+    "build_tokenizer",
+    "from_pyg",
+    "generate_synthetic_graph",
+    "load_tokenizer",
+    "validate_graph",
+]

@@ -1,0 +1,29 @@
+"""The LightningDataModules, on one base (:class:`CachedDataModule`: rank and world size,
+caching and ``loader(split)`` in one place), and what each declares to the model
+(:class:`~lightgraph.data.contract.DataContract`)."""
+
+from lightgraph.data.lightning.cached_data_module import CachedDataModule
+from lightgraph.data.lightning.graph_set import GraphSetDataModule
+from lightgraph.data.lightning.multistage_data_module import MultistageDataModule
+from lightgraph.data.lightning.node_sequence import NodeSequenceDataModule
+from lightgraph.data.lightning.partitioned_data_module import PartitionedGraphDataModule
+from lightgraph.data.lightning.store_data_module import (
+    MacroBatchDataModule,
+    NeighborSamplingDataModule,
+    PartitionStoreDataModule,
+    build_store,
+)
+from lightgraph.data.lightning.text_graph import TextGraphDataModule
+
+__all__ = [
+    "CachedDataModule",
+    "GraphSetDataModule",
+    "MacroBatchDataModule",
+    "MultistageDataModule",
+    "NeighborSamplingDataModule",
+    "NodeSequenceDataModule",
+    "PartitionStoreDataModule",
+    "PartitionedGraphDataModule",
+    "TextGraphDataModule",
+    "build_store",
+]

@@ -1,0 +1,412 @@
+"""Chunked passes over a graph on disk: validation, counting sort, the CSC.
+
+Preparation from an :class:`~lightgraph.data.datasets.on_disk.OnDiskGraph` never holds its edges
+or node rows whole: every pass here reads one chunk at a time, its length sized by a
+``memory_budget`` in bytes (:func:`~lightgraph.utilities.memory.rows_per_chunk`), and
+keeps only per-node arrays (``O(N)``) between chunks.
+
+* :func:`validate_on_disk_graph` -- the :func:`~lightgraph.data.datasets.graph_dataset.
+  validate_graph` checks, in chunks;
+* :func:`count_keys` (:func:`add_key_counts`) and :func:`scatter_by_key` -- the two
+  passes of a counting sort (count the keys of every chunk; then write every chunk's
+  values at their keys' cursors, stably, into a memory-mapped output);
+* :func:`on_disk_csc` -- the CSC of an on-disk ``edge_index`` (a distribution sort into
+  spill files by target windows, each window sorted in memory), written to ``.npy``
+  files, equal to :func:`~lightgraph.functional.neighbor_sampling.to_csc`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from lightgraph.data.datasets.graph_dataset import MASK_NAMES
+from lightgraph.data.datasets.on_disk import OnDiskGraph
+from lightgraph.utilities.checks import check_int, check_type
+from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
+
+__all__ = [
+    "CSC_INDICES_NAME",
+    "CSC_INDPTR_NAME",
+    "add_key_counts",
+    "count_keys",
+    "edge_chunks",
+    "on_disk_csc",
+    "scatter_by_key",
+    "validate_on_disk_graph",
+]
+
+#: File names :func:`on_disk_csc` writes in its directory.
+CSC_INDPTR_NAME, CSC_INDICES_NAME = "csc_indptr.npy", "csc_indices.npy"
+
+# Bytes per edge of a chunk: the int64 (src, dst) copies, the sort's order and keys, the
+# ranks and gathered values of the scatter, with headroom.
+_CSC_EDGE_BYTES = 96
+# Bytes per edge of a window sorted in memory (its spilled pairs, target and source as
+# int64, the key and the sort's scratch).
+_WINDOW_EDGE_BYTES = 48
+# Bytes per edge of a validation chunk (the int64 copy of one row and its comparisons).
+_CHECK_EDGE_BYTES = 24
+# Windows of targets whose spill files one pass over the edges fills (open files at once).
+_OPEN_FILES = 256
+# The largest chunk worth taking: beyond it NumPy's per-call overhead is long amortised.
+_MAX_CHUNK = 1 << 22
+
+
+def count_keys(keys: np.ndarray, size: int) -> np.ndarray:
+    """``bincount(keys, minlength=size)`` (``int64``), through :func:`add_key_counts`."""
+    out = np.zeros(size, dtype=np.int64)
+    add_key_counts(out, keys)
+    return out
+
+
+def add_key_counts(counts: np.ndarray, keys: np.ndarray) -> None:
+    """``counts += bincount(keys, minlength=len(counts))`` in place, in ``O(m log m)`` for
+    ``m = keys.size`` when ``keys`` is much shorter than ``counts``: a pass that counts
+    chunk by chunk then costs no ``O(N)`` per chunk (``counts`` may be a view)."""
+    size = counts.shape[0]
+    if size <= 4 * max(keys.size, 1) or size <= 1 << 16:
+        counts += np.bincount(keys, minlength=size)
+        return
+    uniq, found = np.unique(keys, return_counts=True)
+    counts[uniq] += found
+
+
+def scatter_by_key(
+    keys: np.ndarray,
+    cursor: np.ndarray,
+    out: np.ndarray,
+    values: np.ndarray,
+    window: tuple[int, int] | None = None,
+) -> None:
+    """Counting-sort step: write ``values`` to ``out`` at ``cursor[key]`` onwards, stably
+    (in their order within the chunk), and advance ``cursor``. With ``window=(lo, hi)``
+    only the values whose position falls in ``[lo, hi)`` are written (the cursors advance
+    for all): several passes, each over one window of a memory-mapped ``out``, keep the
+    random writes inside what the page cache holds."""
+    m = keys.size
+    if m == 0:
+        return
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
+    lengths = np.diff(np.append(starts, m))
+    rank = np.arange(m, dtype=np.int64) - np.repeat(starts, lengths)
+    pos = cursor[sorted_keys] + rank
+    if window is None:
+        out[pos] = values[order]
+    else:
+        keep = (pos >= window[0]) & (pos < window[1])
+        out[pos[keep]] = values[order[keep]]
+    cursor[sorted_keys[starts]] += lengths
+
+
+def edge_chunks(edge_index: Any, chunk: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``(start, src, dst)`` of consecutive chunks of ``chunk`` edges, as ``int64`` copies."""
+    num_edges = int(edge_index.shape[1])
+    for lo in range(0, num_edges, chunk):
+        hi = min(num_edges, lo + chunk)
+        block = np.asarray(edge_index[:, lo:hi]).astype(np.int64, copy=False)
+        yield lo, block[0], block[1]
+
+
+def check_edge_array(owner: str, edge_index: Any) -> np.ndarray:
+    """An integer NumPy array (or ``numpy.memmap``) of shape ``[2, E]``; its ids are checked
+    while streaming it."""
+    check_type(owner, "edge_index", edge_index, np.ndarray, "e.g. a numpy.memmap of [2, E] ids")
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.dtype.kind not in "iu":
+        raise ValueError(
+            f"{owner}: expected `edge_index` to be an integer array of shape [2, num_edges] "
+            f"but got shape {tuple(edge_index.shape)} and dtype {edge_index.dtype}."
+        )
+    return edge_index
+
+
+def check_bool_mask(owner: str, name: str, mask: object, num_nodes: int) -> np.ndarray:
+    """A boolean NumPy array of shape ``(num_nodes,)``, read into memory (O(N))."""
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_nodes,):
+        got = (
+            f"shape {mask.shape}, dtype {mask.dtype}"
+            if isinstance(mask, np.ndarray)
+            else type(mask).__name__
+        )
+        raise ValueError(
+            f"{owner}: expected `{name}` to be a boolean array of shape ({num_nodes},) but got "
+            f"{got}."
+        )
+    return np.array(mask)
+
+
+def _check_ids(owner: str, lo: int, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
+    if not src.size:
+        return
+    low, high = min(int(src.min()), int(dst.min())), max(int(src.max()), int(dst.max()))
+    if low < 0 or high >= num_nodes:
+        bad = np.flatnonzero((src < 0) | (src >= num_nodes) | (dst < 0) | (dst >= num_nodes))
+        e = lo + int(bad[0])
+        raise ValueError(
+            f"{owner}: expected node indices in `edge_index` to lie in [0, {num_nodes - 1}] "
+            f"(num_nodes = {num_nodes}) but edge {e} is ({int(src[bad[0]])}, "
+            f"{int(dst[bad[0]])})."
+        )
+
+
+def validate_on_disk_graph(
+    graph: OnDiskGraph,
+    num_classes: int | None = None,
+    multilabel: bool | None = None,
+    memory_budget: int | None = None,
+) -> int:
+    """Check that ``graph`` follows the :class:`~lightgraph.data.GraphDataset` layout, reading
+    its arrays in chunks (what :func:`~lightgraph.data.datasets.graph_dataset.validate_graph` checks
+    for a graph in memory).
+
+    Args:
+        graph: the arrays.
+        num_classes: the classes (label columns) ``y`` must fit, if known.
+        multilabel: whether ``y`` must be ``[N, C]`` (``True``) or ``[N]`` (``False``).
+        memory_budget: bytes per chunk (``None``:
+            :func:`~lightgraph.utilities.memory.default_memory_budget`).
+
+    Returns:
+        ``y.max() + 1`` of a single-label graph (0 without nodes), the label columns of a
+        multi-label one.
+
+    Raises:
+        ValueError: naming the array, what was expected and what was found.
+    """
+    owner = "validate_on_disk_graph"
+    check_type(owner, "graph", graph, OnDiskGraph)
+    budget = check_memory_budget(owner, memory_budget)
+    n = check_int(owner, "graph.num_nodes", graph.num_nodes, low=0)
+    x = graph.x
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype.kind != "f":
+        raise ValueError(
+            f"{owner}: expected `x` to be a 2-D floating point array [num_nodes, num_features] "
+            f"but got {_describe(x)}."
+        )
+    if x.shape[0] != n:
+        raise ValueError(
+            f"{owner}: expected `x` to have one row per node (num_nodes = {n}) but got "
+            f"{x.shape[0]} rows."
+        )
+    edge_index = check_edge_array(owner, graph.edge_index)
+    for lo, src, dst in edge_chunks(edge_index, rows_per_chunk(budget, _CHECK_EDGE_BYTES)):
+        _check_ids(owner, lo, src, dst, n)
+    y = graph.y
+    if not isinstance(y, np.ndarray) or y.ndim not in (1, 2) or y.shape[0] != n:
+        raise ValueError(
+            f"{owner}: expected `y` to have one entry per node ({n}) but got {_describe(y)}."
+        )
+    if multilabel is True and y.ndim != 2:
+        raise ValueError(
+            f"{owner}: expected a multi-label `y` of shape [num_nodes, num_classes] but got "
+            f"{tuple(y.shape)}."
+        )
+    if multilabel is False and (y.ndim != 1 or y.dtype.kind not in "iu"):
+        raise ValueError(
+            f"{owner}: expected a single-label `y` of integer class ids of shape [num_nodes] "
+            f"but got {_describe(y)}."
+        )
+    if y.ndim == 2:
+        classes = int(y.shape[1])
+        if num_classes is not None and classes != num_classes:
+            raise ValueError(
+                f"{owner}: expected `y` to have {num_classes} label columns but got {classes}."
+            )
+    else:
+        classes = 0
+        rows = rows_per_chunk(budget, 16, cap=_MAX_CHUNK)
+        for lo in range(0, n, rows):
+            chunk = np.asarray(y[lo : lo + rows])
+            low, high = int(chunk.min()), int(chunk.max())
+            if low < 0:
+                raise ValueError(
+                    f"{owner}: expected class labels in `y` to be >= 0 but found {low}."
+                )
+            classes = max(classes, high + 1)
+        if num_classes is not None and classes > num_classes:
+            raise ValueError(
+                f"{owner}: expected class labels in `y` to lie in [0, {num_classes - 1}] but "
+                f"found {classes - 1}."
+            )
+    for name in MASK_NAMES:
+        mask = getattr(graph, name)
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,):
+            raise ValueError(
+                f"{owner}: expected `{name}` to be a boolean array of shape [{n}] but got "
+                f"{_describe(mask)}."
+            )
+    return classes
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"shape {tuple(value.shape)} and dtype {value.dtype}"
+    return type(value).__name__
+
+
+def _new_npy(path: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+    if int(np.prod(shape)) == 0:
+        np.save(path, np.zeros(shape, dtype=dtype), allow_pickle=False)
+        return np.zeros(shape, dtype=dtype)
+    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+
+
+def on_disk_csc(
+    edge_index: np.ndarray,
+    num_nodes: int,
+    directory: str | os.PathLike,
+    memory_budget: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The CSC ``(indptr, indices)`` of an on-disk graph, written to ``.npy`` files in bounded
+    memory: :func:`~lightgraph.functional.neighbor_sampling.to_csc` out of core.
+
+    A distribution sort whose reads and writes are all sequential: (1) count in-degrees
+    over chunks of the edges (the ``indptr``) and cut the targets into *windows*, runs of
+    consecutive targets with as many in-edges as ``memory_budget`` sorts at once; (2) append every chunk's edges
+    to the spill file of their target's window; (3) read one window's spill file at a time,
+    sort it by (target, source) in memory and write it to its slice of the memory-mapped
+    ``indices``. Memory: ``indptr`` (``int64 [N + 1]``), one chunk or window sized by
+    ``memory_budget`` and, for a target with more in-edges than a window, that target's
+    in-edges. Disk: the spill files, as large as the edges, removed at the end. Passes
+    over the edges: two, plus one per 256 windows beyond the first 256.
+
+    Args:
+        edge_index: ``[2, num_edges]`` integer array (a ``numpy.memmap`` read chunk by
+            chunk), row 0 the sources, row 1 the targets.
+        num_nodes: ``N``; ids lie in ``[0, N)``.
+        directory: an existing directory; :data:`CSC_INDPTR_NAME` and
+            :data:`CSC_INDICES_NAME` are written there (replacing what is there), the
+            spill files in a temporary directory inside it.
+        memory_budget: bytes per chunk (``None``:
+            :func:`~lightgraph.utilities.memory.default_memory_budget`).
+
+    Returns:
+        ``indptr`` (``int64 [N + 1]``) and ``indices`` (``int32`` source ids if ``N <
+        2**31``, else ``int64``; ``[num_edges]``), both opened read-only memory-mapped:
+        ``indices[indptr[v]:indptr[v + 1]]`` are the sources of the edges into ``v`` in
+        increasing order (repeated edges repeated) -- the values ``to_csc`` gives.
+
+    Raises:
+        ValueError: for an ``edge_index`` that is not ``[2, E]`` integers in ``[0, N)``, a
+            bad ``num_nodes`` or ``memory_budget``, or a ``directory`` that does not exist.
+    """
+    owner = "on_disk_csc"
+    n = check_int(owner, "num_nodes", num_nodes, low=0)
+    edge_index = check_edge_array(owner, edge_index)
+    budget = check_memory_budget(owner, memory_budget)
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise ValueError(
+            f"{owner}: expected `directory` to be an existing directory but got {directory!r}."
+        )
+    num_edges = int(edge_index.shape[1])
+    chunk = rows_per_chunk(budget, _CSC_EDGE_BYTES, reserved=8 * (n + 1), cap=_MAX_CHUNK)
+    # a window's edges are sorted in memory at once: as many as the budget holds
+    window_edges = rows_per_chunk(budget, _WINDOW_EDGE_BYTES, reserved=8 * (n + 1))
+    idt = np.dtype(np.int32 if n < 2**31 else np.int64)
+
+    # pass 1: in-degrees, and the windows of targets
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    for lo, src, dst in edge_chunks(edge_index, chunk):
+        _check_ids(owner, lo, src, dst, n)
+        add_key_counts(indptr[1:], dst)
+    np.cumsum(indptr, out=indptr)
+    indptr_path = os.path.join(directory, CSC_INDPTR_NAME)
+    np.save(indptr_path, indptr, allow_pickle=False)
+    bounds = [0]
+    while bounds[-1] < n:
+        v = bounds[-1]
+        w = int(np.searchsorted(indptr, indptr[v] + window_edges, side="right")) - 1
+        bounds.append(min(n, max(v + 1, w)))
+    window_start = np.asarray(bounds[:-1], dtype=np.int64)
+
+    indices_path = os.path.join(directory, CSC_INDICES_NAME)
+    indices = _new_npy(indices_path, idt, (num_edges,))
+    with tempfile.TemporaryDirectory(prefix=".csc-", dir=directory) as spill:
+        # Windows are distributed _OPEN_FILES at a time (one pass over the edges each).
+        for first in range(0, len(window_start), _OPEN_FILES):
+            last = min(len(window_start), first + _OPEN_FILES)
+            _distribute(edge_index, chunk, window_start, first, last, bounds[last], idt, spill)
+            for i in range(first, last):
+                v, w = bounds[i], bounds[i + 1]
+                _sort_window(owner, indptr, v, w, n, idt, indices, os.path.join(spill, str(i)))
+    if isinstance(indices, np.memmap):
+        indices.flush()
+    del indices
+    return (
+        np.load(indptr_path, mmap_mode="r"),
+        np.load(indices_path, mmap_mode="r"),
+    )
+
+
+def _distribute(
+    edge_index: np.ndarray,
+    chunk: int,
+    window_start: np.ndarray,
+    first: int,
+    last: int,
+    stop: int,
+    idt: np.dtype,
+    spill: str,
+) -> None:
+    """Append the (target, source) pairs of the edges into windows ``first .. last - 1``
+    (targets below ``stop``) to the windows' spill files, in edge order."""
+    with contextlib.ExitStack() as stack:
+        # unbuffered: each append is one write of a whole run, and many windows keep no
+        # buffers
+        files = [
+            stack.enter_context(open(os.path.join(spill, str(i)), "ab", buffering=0))
+            for i in range(first, last)
+        ]
+        low = window_start[first]
+        for _, src, dst in edge_chunks(edge_index, chunk):
+            keep = (dst >= low) & (dst < stop)
+            src, dst = src[keep], dst[keep]
+            window = np.searchsorted(window_start, dst, side="right") - 1
+            order = np.argsort(window, kind="stable")
+            window, pairs = window[order], np.stack([dst[order], src[order]], 1).astype(idt)
+            cuts = (np.flatnonzero(np.diff(window)) + 1).tolist()
+            for a, b in zip([0, *cuts], [*cuts, window.size], strict=True):
+                if b > a:
+                    pairs[a:b].tofile(files[int(window[a]) - first])
+
+
+def _sort_window(
+    owner: str,
+    indptr: np.ndarray,
+    v: int,
+    w: int,
+    n: int,
+    idt: np.dtype,
+    indices: np.ndarray,
+    path: str,
+) -> None:
+    """Sort window ``[v, w)``'s spilled pairs by (target, source) and write its sources."""
+    first, last = int(indptr[v]), int(indptr[w])
+    pairs = np.fromfile(path, dtype=idt).reshape(-1, 2) if os.path.exists(path) else None
+    found = 0 if pairs is None else pairs.shape[0]
+    if found != last - first:
+        raise RuntimeError(
+            f"{owner}: `edge_index` changed between the passes over it (targets "
+            f"[{v}, {w}) have {last - first} in-edges by the first pass, {found} by the "
+            f"second); do not modify it during the build."
+        )
+    if pairs is None or found == 0:
+        return
+    os.remove(path)
+    target = pairs[:, 0].astype(np.int64) - v
+    sources = pairs[:, 1].astype(np.int64)
+    del pairs
+    if (w - v) * max(n, 1) < 2**62:
+        key = target * n + sources
+        key.sort()
+        indices[first:last] = key % max(n, 1)
+    else:
+        indices[first:last] = sources[np.lexsort((sources, target))]
