@@ -8,7 +8,7 @@ after a few untimed warm-up steps per group:
 * ``full``: every batch runs all ``L`` layers (exit head ``φ_G``);
 * ``early_exit``: :func:`~lightgraph.nn.early_exit.degree_groups` splits the nodes into
   ``G = 4`` groups by the quartiles of a synthetic power-law degree vector; batches of
-  one group (:class:`~lightgraph.nn.early_exit.GroupBatchSampler`) exit after
+  one group (:class:`~lightgraph.data.loader.GroupBatchSampler`) exit after
   ``ceil(g·L/G)`` layers, loss Eq. 5.1;
 * ``early_exit_rank``: the same with ``ties="rank"`` (four equal groups), the case of the
   ``(1+2+3+4)/16 = 62.5 %`` bound.
@@ -32,9 +32,9 @@ import time
 
 import torch
 
+from lightgraph.data.loader import GroupBatchSampler
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
-    GroupBatchSampler,
     degree_groups,
     early_exit_loss,
 )

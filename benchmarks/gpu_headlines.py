@@ -90,7 +90,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.callbacks import RandomStateCheckpoint
 from lightgraph.data import SyntheticGraph
-from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.minibatch import sample_minibatch
 from lightgraph.data.loader.multistage import (
     DeviceMacroBatch,
     StageOneBatch,
@@ -111,6 +111,7 @@ from lightgraph.functional.quantize import BITS, pack_rows, unpack_rows
 from lightgraph.models import MiniBatchNodeClassifier
 from lightgraph.nn.destination import destination_forward
 from lightgraph.utilities import seed_global_rngs
+from lightgraph.utilities.random_state import make_generator
 
 Result = dict[str, Any]
 Headline = Callable[[torch.device, bool], Result]

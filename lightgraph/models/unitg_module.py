@@ -21,13 +21,14 @@ from torch_geometric.data import Data
 from torch_geometric.utils import degree as node_degree
 
 from lightgraph.data.lightning.text_graph import TextGraphDataModule
+from lightgraph.data.loader.group_batch_sampler import GroupBatchSampler
 from lightgraph.distributed.bubble_interleaver import BubbleInterleaver
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.flow_pipeline import FlowPipeline
 from lightgraph.distributed.timeline import Timeline
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
-    GroupBatchSampler,
+    degree_groups,
     early_exit_loss,
 )
 from lightgraph.nn.models.pipeline_stages import pipeline_depth
@@ -362,7 +363,9 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             # nodes' degree quantiles (the Lazy Tuner's, the groups the exit heads are
             # trained on), applied to every node by its degree.
             if self.lazy_tuner:
-                self._exit_groups = _node_exit_groups(deg, self._train_nodes, groups_g)
+                self._exit_groups = degree_groups(
+                    deg, self._train_nodes, groups_g, nodes=torch.arange(n)
+                )
             else:
                 self._exit_groups = torch.full((n,), groups_g - 1, dtype=torch.long)
             train_groups = self._exit_groups[self._train_nodes]
@@ -1142,21 +1145,6 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
 
     def test_step(self, batch: Data, batch_idx: int) -> None:
         self._evaluate("test")
-
-
-def _node_exit_groups(degree: Tensor, train_nodes: Tensor, num_groups: int) -> Tensor:
-    """``[N]`` exit group of every node: the training nodes' degree quantiles
-    (:func:`~lightgraph.nn.degree_groups`, ties by value) applied to all nodes by degree.
-
-    A training node gets the group :func:`~lightgraph.nn.degree_groups` gives it, so
-    fine-tuning, encoding and the LM's accuracy agree on every node's exit.
-    """
-    deg = degree.double()
-    if num_groups == 1 or train_nodes.numel() == 0:
-        return torch.zeros(degree.numel(), dtype=torch.long, device=degree.device)
-    probs = torch.arange(1, num_groups, dtype=torch.double, device=deg.device) / num_groups
-    bounds = torch.quantile(deg[train_nodes], probs)
-    return torch.bucketize(deg, bounds, right=False)
 
 
 def _merge_caches(caches: list[dict[str, Tensor]]) -> dict[str, Tensor]:

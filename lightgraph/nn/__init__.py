@@ -12,7 +12,6 @@ from lightgraph.nn.destination import (
 )
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
-    GroupBatchSampler,
     degree_groups,
     early_exit_loss,
     exit_layers,
@@ -65,7 +64,6 @@ __all__ = [
     "split_stages",
     "EarlyExitEncoder",
     "LMEncoder",
-    "GroupBatchSampler",
     "degree_groups",
     "early_exit_loss",
     "exit_layers",

@@ -16,7 +16,7 @@ C_4 ... the training of nodes in C_1 leaves earliest from a quarter of the netwo
 Pieces (group ids are 0-based here: group ``g`` is the thesis's ``C_{g+1}``):
 
 * :func:`degree_groups` - group id per training node by degree quantile.
-* :class:`GroupBatchSampler` - mini-batches that each hold nodes of ONE group (so the whole
+* :class:`~lightgraph.data.loader.GroupBatchSampler` - mini-batches that each hold nodes of ONE group (so the whole
   batch exits at the same layer), members and batch order reshuffled every epoch.
 * :class:`EarlyExitEncoder` - wraps a Hugging Face encoder (BERT, RoBERTa, MiniLM,
   DistilBERT, ...); a batch runs only the first ``k`` layers: the layer list itself is
@@ -30,18 +30,17 @@ model it is given.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import Sampler
 
 from lightgraph.utilities.checks import (
     check_bool,
     check_choice,
+    check_index_tensor,
     check_int,
     check_rate,
     check_type,
@@ -50,7 +49,6 @@ from lightgraph.utilities.checks import (
 
 __all__ = [
     "EarlyExitEncoder",
-    "GroupBatchSampler",
     "degree_groups",
     "early_exit_loss",
     "exit_layers",
@@ -69,7 +67,6 @@ LAYER_PATHS: tuple[str, ...] = (
 EMBEDDING_PATHS: tuple[str, ...] = ("embeddings", "embed_tokens", "word_embeddings")
 POOLINGS: tuple[str, ...] = ("cls", "mean")
 TIES: tuple[str, ...] = ("value", "rank")
-ORDERS: tuple[str, ...] = ("shuffle", "deepest_first")
 
 
 def exit_layers(num_layers: int, num_groups: int) -> tuple[int, ...]:
@@ -85,18 +82,12 @@ def exit_layers(num_layers: int, num_groups: int) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------- grouping
-def _check_index(owner: str, name: str, value: Any) -> Tensor:
-    check_type(owner, name, value, Tensor, "a 1-D integer tensor of node ids")
-    if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-        raise ValueError(
-            f"{owner}: expected `{name}` to be a 1-D integer tensor of node ids but got "
-            f"{describe(value)}."
-        )
-    return value.long()
-
-
 def degree_groups(
-    degree: Tensor, train_nodes: Tensor, num_groups: int = 4, ties: str = "value"
+    degree: Tensor,
+    train_nodes: Tensor,
+    num_groups: int = 4,
+    ties: str = "value",
+    nodes: Tensor | None = None,
 ) -> Tensor:
     """Group id (``0..G-1``, 0 = lowest centrality = earliest exit) per training node.
 
@@ -118,9 +109,12 @@ def degree_groups(
         train_nodes: ``[n]`` ids of the training nodes (rows of ``degree``).
         num_groups: ``G >= 1``.
         ties: ``"value"`` or ``"rank"``.
+        nodes: the nodes to assign with the training nodes' boundaries (``ties="value"``
+            only), e.g. every node of the graph; default ``train_nodes``. A node gets
+            ``#{i : q_i < degree[v]}`` as above; with no training nodes, group 0.
 
     Returns:
-        ``[n]`` LongTensor, aligned with ``train_nodes``.
+        ``[n]`` LongTensor, aligned with ``train_nodes`` (or with ``nodes``).
     """
     owner = "degree_groups"
     check_type(owner, "degree", degree, Tensor, "a 1-D tensor of node degrees")
@@ -128,12 +122,20 @@ def degree_groups(
         raise ValueError(
             f"{owner}: expected `degree` to be a 1-D real tensor but got {describe(degree)}."
         )
-    train_nodes = _check_index(owner, "train_nodes", train_nodes)
+    train_nodes = check_index_tensor(owner, "train_nodes", train_nodes)
     num_groups = check_int(owner, "num_groups", num_groups)
     check_choice(owner, "ties", ties, TIES)
+    if nodes is not None:
+        nodes = check_index_tensor(owner, "nodes", nodes)
+        if ties != "value":
+            raise ValueError(
+                f"{owner}: `nodes` is assigned by the training nodes' degree boundaries, "
+                f"which needs ties='value' but got ties={ties!r}."
+            )
     n = train_nodes.numel()
     if n == 0:
-        return torch.empty(0, dtype=torch.long, device=degree.device)
+        size = 0 if nodes is None else nodes.numel()
+        return torch.zeros(size, dtype=torch.long, device=degree.device)
     if int(train_nodes.min()) < 0 or int(train_nodes.max()) >= degree.numel():
         raise ValueError(
             f"{owner}: expected `train_nodes` in [0, {degree.numel() - 1}] (rows of `degree`) "
@@ -149,96 +151,11 @@ def degree_groups(
         deg = rank
     probs = torch.arange(1, num_groups, dtype=torch.double, device=deg.device) / num_groups
     bounds = torch.quantile(deg, probs) if num_groups > 1 else deg.new_empty(0)
+    if nodes is not None:
+        deg = degree[nodes].double()
     return torch.bucketize(deg, bounds, right=False)
 
 
-class GroupBatchSampler(Sampler[list[int]]):
-    """Mini-batches of ONE group each, reshuffled every epoch (a ``batch_sampler``).
-
-    Every epoch, the members of each group are permuted and cut into batches of at most
-    ``batch_size`` (the last batch of a group may be smaller unless ``drop_last``); then the
-    batches of all groups are permuted together, so neither the groups nor the nodes are
-    visited in degree order. Each node appears exactly once per epoch (``drop_last=False``).
-
-    Yields lists of positions into ``groups`` (i.e. into the training-node list), so it plugs
-    into ``DataLoader(dataset, batch_sampler=...)``. The epoch advances by one on every
-    ``__iter__``; :meth:`set_epoch` pins it (as ``DistributedSampler``). The shuffle is a
-    function of ``(seed, epoch)`` only.
-
-    ``order="deepest_first"`` keeps the members' shuffle but visits the groups from the
-    deepest (highest centrality) to the shallowest, the schedule §5.2 of the thesis hints at
-    ("requires more resources at the beginning ... Near the end of an epoch, only a few
-    layers are exploited"); the default ``"shuffle"`` interleaves the groups' batches.
-
-    Args:
-        groups: ``[n]`` group id per training node (from :func:`degree_groups`).
-        batch_size: nodes per batch.
-        shuffle: ``False`` keeps members and groups in order (evaluation).
-        drop_last: drop each group's last incomplete batch.
-        seed: base seed of the shuffle.
-        order: ``"shuffle"`` or ``"deepest_first"`` (only with ``shuffle=True``).
-    """
-
-    def __init__(
-        self,
-        groups: Tensor,
-        batch_size: int,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        seed: int = 0,
-        order: str = "shuffle",
-    ) -> None:
-        owner = "GroupBatchSampler"
-        self.groups = _check_index(owner, "groups", groups).cpu()
-        if self.groups.numel() and int(self.groups.min()) < 0:
-            raise ValueError(
-                f"{owner}: expected `groups` >= 0 but got a minimum of {int(self.groups.min())}."
-            )
-        self.batch_size = check_int(owner, "batch_size", batch_size)
-        self.shuffle = check_bool(owner, "shuffle", shuffle)
-        self.drop_last = check_bool(owner, "drop_last", drop_last)
-        self.seed = check_int(owner, "seed", seed, low=0)
-        self.order = check_choice(owner, "order", order, ORDERS)
-        self.epoch = 0
-        num = int(self.groups.max()) + 1 if self.groups.numel() else 0
-        self.members = [torch.nonzero(self.groups == g).flatten() for g in range(num)]
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use the shuffle of ``epoch`` on the next ``__iter__``."""
-        self.epoch = check_int("GroupBatchSampler", "epoch", epoch, low=0)
-
-    def batches(self, epoch: int | None = None) -> list[tuple[int, Tensor]]:
-        """``(group id, positions)`` of every batch of ``epoch`` (default: the current one)."""
-        epoch = self.epoch if epoch is None else epoch
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        out: list[tuple[int, Tensor]] = []
-        for g, members in enumerate(self.members):
-            if self.shuffle:
-                members = members[torch.randperm(members.numel(), generator=gen)]
-            for start in range(0, members.numel(), self.batch_size):
-                chunk = members[start : start + self.batch_size]
-                if self.drop_last and chunk.numel() < self.batch_size:
-                    continue
-                out.append((g, chunk))
-        if self.shuffle and self.order == "shuffle":
-            out = [out[i] for i in torch.randperm(len(out), generator=gen).tolist()]
-        elif self.shuffle:  # deepest_first
-            out = sorted(out, key=lambda item: -item[0])
-        return out
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self.batches(self.epoch)
-        self.epoch += 1
-        for _, chunk in batches:
-            yield chunk.tolist()
-
-    def __len__(self) -> int:
-        if self.drop_last:
-            return sum(m.numel() // self.batch_size for m in self.members)
-        return sum(math.ceil(m.numel() / self.batch_size) for m in self.members)
-
-
-# --------------------------------------------------------------------------- loss
 def early_exit_loss(
     exit_logits: Sequence[Tensor | None],
     target: Tensor | Sequence[Tensor | None],
@@ -254,7 +171,7 @@ def early_exit_loss(
     divided by :math:`|\mathcal{G}|` - the *number of exits*, as the equation says - not by
     the number of exits that have nodes in the batch: an exit with no output in the batch
     (``None``) contributes :math:`\mathcal{L}_i^{exit} = 0`. So a batch of ONE group ``g``
-    (:class:`GroupBatchSampler`) has loss :math:`\mathcal{L}_g^{exit} / |\mathcal{G}|`, and
+    (:class:`~lightgraph.data.loader.GroupBatchSampler`) has loss :math:`\mathcal{L}_g^{exit} / |\mathcal{G}|`, and
     with ``EarlyExitEncoder(..., all_exits=True)`` outputs every exit passed on the way,
     ``0..g``, is summed. (The prose calls it "a weighted sum"; the equation's weights are
     all :math:`1/|\mathcal{G}|`, which is what is implemented.)
@@ -476,7 +393,7 @@ class EarlyExitEncoder(nn.Module):
         chunks of ``batch_size`` per group.
         """
         owner = "EarlyExitEncoder.embed_by_group"
-        groups = _check_index(owner, "groups", groups)
+        groups = check_index_tensor(owner, "groups", groups)
         if groups.numel() != input_ids.shape[0]:
             raise ValueError(
                 f"{owner}: expected `groups` to hold one id per row of `input_ids` "

@@ -301,6 +301,38 @@ def check_graph_edge_index(
     return value.long()
 
 
+def check_edge_ids(owner: str, start: int, src: Any, dst: Any, num_nodes: int) -> None:
+    """Node ids of a chunk of edges (NumPy ``src``/``dst``, edges ``start..``) in
+    ``[0, num_nodes)``; the error names the first edge outside, by its index in the
+    whole edge list."""
+    import numpy as np
+
+    if not len(src):
+        return
+    low, high = min(int(src.min()), int(dst.min())), max(int(src.max()), int(dst.max()))
+    if low < 0 or high >= num_nodes:
+        bad = np.flatnonzero((src < 0) | (src >= num_nodes) | (dst < 0) | (dst >= num_nodes))
+        e = start + int(bad[0])
+        raise ValueError(
+            f"{owner}: expected node ids in `edge_index` to lie in [0, {num_nodes - 1}] "
+            f"(num_nodes = {num_nodes}) but found values in [{low}, {high}]; edge {e} is "
+            f"({int(src[bad[0]])}, {int(dst[bad[0]])})."
+        )
+
+
+def check_index_tensor(owner: str, name: str, value: Any) -> Any:
+    """A 1-D integer tensor of node ids (any integer dtype), returned as ``torch.long``."""
+    import torch
+
+    check_type(owner, name, value, torch.Tensor, "a 1-D integer tensor of node ids")
+    if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+        raise ValueError(
+            f"{owner}: expected `{name}` to be a 1-D integer tensor of node ids but got "
+            f"{describe(value)}."
+        )
+    return value.long()
+
+
 def check_fanouts(owner: str, fanouts: Any, name: str = "fanouts") -> list[int]:
     """A non-empty list of fanouts (one per hop), each a positive integer or ``-1`` (all neighbours)."""
     from numbers import Integral

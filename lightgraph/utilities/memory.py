@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from lightgraph.utilities.checks import check_int
 
@@ -200,3 +201,8 @@ def rows_per_chunk(
     if cap is not None:
         rows = min(rows, check_int(owner, "cap", cap))
     return rows
+
+
+def tensor_bytes(*tensors: Any) -> int:
+    """Bytes held by ``tensors`` (``None`` entries count 0)."""
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)

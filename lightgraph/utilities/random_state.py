@@ -10,6 +10,7 @@ builds on these functions; objects that own generators use :func:`generator_stat
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -183,3 +184,9 @@ def seed_global_rngs(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
     random.seed(seed)
+
+
+def make_generator(seed: int, *keys: Any) -> torch.Generator:
+    """A CPU generator seeded from ``(seed, *keys)`` by a stable hash (not Python's ``hash``)."""
+    digest = hashlib.blake2b(repr((int(seed), *keys)).encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))

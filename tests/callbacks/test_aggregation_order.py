@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 
 from lightgraph.callbacks.aggregation_order import AggregationOrder
-from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.minibatch import sample_minibatch
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.models import MiniBatchNodeClassifier
 from lightgraph.nn.aggregation_order import (
@@ -20,6 +20,7 @@ from lightgraph.nn.aggregation_order import (
     get_order,
     native_order,
 )
+from lightgraph.utilities.random_state import make_generator
 
 NUM_CLASSES = 3
 

@@ -14,9 +14,10 @@ from torch.utils.data import DataLoader
 from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.callbacks.graph_compile import GraphCompile
-from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.minibatch import sample_minibatch
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.models.minibatch_classifier import MiniBatchNodeClassifier
+from lightgraph.utilities.random_state import make_generator
 
 NUM_NODES = 300
 FANOUTS = [4, 3]

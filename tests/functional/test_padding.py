@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 
-from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.minibatch import sample_minibatch
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.functional.padding import (
     bucket_levels,
@@ -21,6 +21,7 @@ from lightgraph.functional.padding import (
     split_sizes,
     unpad_rows,
 )
+from lightgraph.utilities.random_state import make_generator
 
 FANOUTS = [4, 3, 2]
 

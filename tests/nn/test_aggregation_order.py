@@ -10,7 +10,7 @@ import torch
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 from torch_geometric.nn.models import GCN, GraphSAGE
 
-from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.minibatch import sample_minibatch
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.nn.aggregation_order import (
     AGGREGATE_FIRST,
@@ -23,6 +23,7 @@ from lightgraph.nn.aggregation_order import (
     reorderable,
     set_order,
 )
+from lightgraph.utilities.random_state import make_generator
 
 AGGREGATION_NODES = ("IndexSelect", "Scatter", "Gather", "Segment", "Spmm", "Sparse")
 

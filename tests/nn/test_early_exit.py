@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +12,6 @@ from torch import nn
 
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
-    GroupBatchSampler,
     degree_groups,
     early_exit_loss,
     exit_layers,
@@ -230,6 +230,21 @@ def test_degree_groups_rank_ties_are_equal_sized_and_deterministic() -> None:
     assert value[train < 10].unique().numel() == 1
 
 
+def test_degree_groups_assign_other_nodes_by_the_training_boundaries() -> None:
+    gen = torch.Generator().manual_seed(5)
+    degree = torch.randint(0, 30, (200,), generator=gen)
+    train = torch.randperm(200, generator=gen)[:80]
+    every = degree_groups(degree, train, 4, nodes=torch.arange(200))
+    # Independent reference: the boundaries as NumPy's linear-interpolation quantiles.
+    q = np.quantile(degree[train].double().numpy(), [0.25, 0.5, 0.75])
+    ref = (degree.double().numpy()[:, None] > q[None, :]).sum(1)
+    assert every.tolist() == ref.tolist()
+    assert torch.equal(every[train], degree_groups(degree, train, 4))
+    assert degree_groups(degree, train[:0], 4, nodes=torch.arange(5)).tolist() == [0] * 5
+    with pytest.raises(ValueError, match=r"needs ties='value' but got ties='rank'"):
+        degree_groups(degree, train, 4, ties="rank", nodes=torch.arange(3))
+
+
 def test_degree_groups_errors() -> None:
     with pytest.raises(ValueError, match=r"degree_groups: expected `num_groups`.*got 0"):
         degree_groups(torch.ones(4), torch.arange(4), 0)
@@ -241,49 +256,6 @@ def test_degree_groups_errors() -> None:
         degree_groups(torch.ones(4), torch.ones(2))
 
 
-def test_group_batch_sampler() -> None:
-    gen = torch.Generator().manual_seed(0)
-    groups = torch.randint(0, 4, (203,), generator=gen)
-    sampler = GroupBatchSampler(groups, batch_size=16, seed=3)
-    epochs = [list(sampler) for _ in range(3)]
-    for batches in epochs:
-        assert len(batches) == len(sampler)
-        flat = [i for b in batches for i in b]
-        assert sorted(flat) == list(range(203))  # each node exactly once per epoch
-        for b in batches:
-            assert 1 <= len(b) <= 16
-            assert groups[b].unique().numel() == 1  # one group per batch
-        order = [int(groups[b[0]]) for b in batches]
-        assert order != sorted(order)  # groups interleaved, not fed in degree order
-    assert epochs[0] != epochs[1] and epochs[1] != epochs[2]  # reshuffled every epoch
-    assert [b[0] for b in epochs[0]] != [b[0] for b in epochs[1]]
-    sampler.set_epoch(1)
-    assert list(sampler) == epochs[1]  # a function of (seed, epoch)
-    ordered = list(GroupBatchSampler(groups, 16, shuffle=False))
-    assert [i for b in ordered for i in b] == torch.argsort(groups, stable=True).tolist()
-    dropped = list(GroupBatchSampler(groups, 16, drop_last=True))
-    assert all(len(b) == 16 for b in dropped) and len(dropped) == sum(
-        (groups == g).sum().item() // 16 for g in range(4)
-    )
-    deep = list(GroupBatchSampler(groups, 16, order="deepest_first"))
-    order = [int(groups[b[0]]) for b in deep]
-    assert order == sorted(order, reverse=True)
-    assert sorted(i for b in deep for i in b) == list(range(203))
-    with pytest.raises(ValueError, match=r"`order` to be one of \('shuffle', 'deepest_first'\)"):
-        GroupBatchSampler(groups, 16, order="random")
-    with pytest.raises(ValueError, match=r"GroupBatchSampler: expected `batch_size`.*got 0"):
-        GroupBatchSampler(groups, 0)
-
-
-def test_sampler_with_dataloader() -> None:
-    groups = torch.tensor([0, 1, 0, 1, 1])
-    data = torch.utils.data.TensorDataset(torch.arange(5))
-    loader = torch.utils.data.DataLoader(data, batch_sampler=GroupBatchSampler(groups, 2))
-    seen = [x for (b,) in loader for x in b.tolist()]
-    assert sorted(seen) == [0, 1, 2, 3, 4]
-
-
-# ------------------------------------------------------------------------ loss (Eq. 5.1)
 def _ce(logits: list[list[float]], labels: list[int]) -> float:
     total = 0.0
     for row, y in zip(logits, labels, strict=True):

@@ -8,6 +8,7 @@ import inspect
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,9 +21,11 @@ from lightgraph.utilities.checks import (
     check_callable,
     check_choice,
     check_divisible,
+    check_edge_ids,
     check_fanouts,
     check_fraction,
     check_graph_edge_index,
+    check_index_tensor,
     check_int,
     check_non_empty_str,
     check_non_negative,
@@ -537,6 +540,27 @@ def test_check_bias_table() -> None:
         allowed=re.escape("(torch.float32, cpu)"),
         got="(torch.float64, cpu)",
     )
+
+
+def test_check_edge_ids() -> None:
+    src, dst = np.array([0, 1, 2]), np.array([1, 9, -1])
+    with pytest.raises(
+        ValueError, match=r"^own: .*\[0, 4\] \(num_nodes = 5\) .*\[-1, 9\]; edge 11 is \(1, 9\)"
+    ):
+        check_edge_ids("own", 10, src, dst, 5)
+    check_edge_ids("own", 0, src[:1], dst[:1], 5)
+    check_edge_ids("own", 0, src[:0], dst[:0], 5)
+
+
+def test_check_index_tensor() -> None:
+    assert check_index_tensor(OWNER, "nodes", torch.tensor([3, 1], dtype=torch.int32)).dtype == (
+        torch.long
+    )
+    for bad in (torch.tensor([1.0]), torch.tensor([True]), torch.zeros(2, 2, dtype=torch.long)):
+        with pytest.raises(ValueError, match=r"`nodes` to be a 1-D integer tensor of node ids"):
+            check_index_tensor(OWNER, "nodes", bad)
+    with pytest.raises(TypeError, match=r"`nodes`"):
+        check_index_tensor(OWNER, "nodes", [1, 2])
 
 
 # ------------------------------------------------------------------------- coverage

@@ -22,7 +22,6 @@ from lightgraph.data.loader.data_parallel import (
     shard_batches,
 )
 from lightgraph.data.loader.macro_batch import check_parts_per_batch, shard_macro_batches
-from lightgraph.data.loader.minibatch import make_generator
 from lightgraph.data.loader.multistage import (
     FIRST_STAGES,
     DeviceMacroBatch,
@@ -35,9 +34,10 @@ from lightgraph.data.loader.multistage import (
     lbs_stage_one,
     pbs_stage_one,
     stage_two,
-    tensor_bytes,
 )
 from lightgraph.utilities.checks import check_bool, check_choice, check_fanouts, check_int
+from lightgraph.utilities.memory import tensor_bytes
+from lightgraph.utilities.random_state import make_generator
 
 
 def check_ratio(owner: str, value: Any) -> float:

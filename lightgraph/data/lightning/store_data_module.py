@@ -66,7 +66,6 @@ from lightgraph.data.loader.macro_batch import (
     check_reuse,
 )
 from lightgraph.data.loader.minibatch import NeighborSamplingLoader
-from lightgraph.data.loader.multistage import tensor_bytes
 from lightgraph.data.partition.hubs import select_hubs, select_hubs_on_disk
 from lightgraph.data.partition.out_of_core import on_disk_csc, validate_on_disk_graph
 from lightgraph.data.partition.partitioner import (
@@ -89,6 +88,7 @@ from lightgraph.utilities.memory import (
     cgroup_memory_limit,
     check_memory_budget,
     resident_memory,
+    tensor_bytes,
 )
 
 EvalMode = Literal["layerwise", "sampled"]

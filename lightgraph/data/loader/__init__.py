@@ -11,6 +11,7 @@ from lightgraph.data.loader.base import (
     ResumableLoader,
 )
 from lightgraph.data.loader.data_parallel import DataParallelShard
+from lightgraph.data.loader.group_batch_sampler import GroupBatchSampler
 from lightgraph.data.loader.macro_batch import MacroBatchLoader
 from lightgraph.data.loader.minibatch import NeighborSamplingLoader, sample_minibatch
 from lightgraph.data.loader.multistage import MultistageLoader
@@ -21,6 +22,7 @@ __all__ = [
     "HANDOVERS",
     "DataParallelShard",
     "Emit",
+    "GroupBatchSampler",
     "LoaderStats",
     "MacroBatchLoader",
     "Moved",

@@ -44,13 +44,14 @@ from torch import Tensor
 from lightgraph.data.loader.base import Emit, Moved, ResumableLoader
 from lightgraph.data.loader.batching import even_batches, macro_batch_steps, split_sizes
 from lightgraph.data.loader.data_parallel import balance_groups, check_shard, shard_batches
-from lightgraph.data.loader.minibatch import make_generator, sample_minibatch
+from lightgraph.data.loader.minibatch import sample_minibatch
 from lightgraph.functional.neighbor_sampling import (
     NODE_BUFFER_MAX_NODES,
     make_node_buffer,
     to_csc,
 )
 from lightgraph.utilities.checks import check_bool, check_choice, check_fanouts, check_int
+from lightgraph.utilities.random_state import make_generator
 
 #: Most passes over one macro-batch (thesis §4.2.2 caps reuse at 4).
 MAX_REUSE = 4

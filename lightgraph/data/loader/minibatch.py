@@ -20,7 +20,6 @@ ascending row order.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -37,12 +36,7 @@ from lightgraph.functional.neighbor_sampling import (
     sample_neighbors,
 )
 from lightgraph.utilities.checks import check_bool, check_fanouts, check_int
-
-
-def make_generator(seed: int, *keys: Any) -> torch.Generator:
-    """A CPU generator seeded from ``(seed, *keys)`` by a stable hash (not Python's ``hash``)."""
-    digest = hashlib.blake2b(repr((int(seed), *keys)).encode(), digest_size=8).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+from lightgraph.utilities.random_state import make_generator
 
 
 def gather_rows(x: Tensor, node: Tensor, memory_mapped: bool = False) -> Tensor:

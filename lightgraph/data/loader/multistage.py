@@ -44,21 +44,18 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.loader.base import Emit, ResumableLoader
-from lightgraph.data.loader.minibatch import gather_rows, make_generator
+from lightgraph.data.loader.minibatch import gather_rows
 from lightgraph.functional.neighbor_sampling import (
     NeighborSample,
     make_node_buffer,
     sample_neighbors,
     to_csc,
 )
+from lightgraph.utilities.memory import tensor_bytes
+from lightgraph.utilities.random_state import make_generator
 
 FirstStage = Literal["lbs", "pbs"]
 FIRST_STAGES: tuple[str, ...] = get_args(FirstStage)
-
-
-def tensor_bytes(*tensors: Tensor | None) -> int:
-    """Bytes held by ``tensors`` (``None`` entries count 0)."""
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 @dataclass

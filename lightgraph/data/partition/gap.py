@@ -72,7 +72,6 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -80,7 +79,9 @@ from numpy.lib.format import open_memmap
 from torch import Tensor
 
 from lightgraph.data.partition.out_of_core import check_bool_mask, check_edge_array
+from lightgraph.utilities.arrays import edge_chunks, id_dtype_for
 from lightgraph.utilities.checks import (
+    check_edge_ids,
     check_graph_edge_index,
     check_int,
     check_non_negative,
@@ -434,7 +435,7 @@ def gap_partition(
         return torch.zeros(num_nodes, dtype=torch.long)
 
     ei = edge_index.cpu().numpy()
-    scratch = np.empty(2 * ei.shape[1], _id_dtype(num_nodes))
+    scratch = np.empty(2 * ei.shape[1], id_dtype_for(num_nodes))
     indptr, indices = _undirected_csr(ei[0], ei[1], num_nodes, scratch)
     num_edges = max(int(indptr[-1]) // 2, 1)
     order = _stream_order(indptr, seed)
@@ -567,10 +568,6 @@ def _check_options(
     return num_parts, passes, seed, balance, float(slack)
 
 
-def _id_dtype(num_nodes: int) -> type:
-    return np.int32 if num_nodes < 2**31 else np.int64
-
-
 def _stream_order(indptr: np.ndarray, seed: int) -> np.ndarray:
     """Nodes by decreasing degree, ties in a seeded random order."""
     degree = np.diff(indptr)
@@ -610,14 +607,12 @@ def _undirected_csr_on_disk(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`_undirected_csr` into the memory-mapped file ``path``: ``(indptr, adjacency,
     nnz)`` with the neighbours in ``adjacency[:nnz]`` (see :func:`gap_partition_on_disk`)."""
-    id_dtype = np.dtype(_id_dtype(num_nodes))
+    id_dtype = np.dtype(id_dtype_for(num_nodes))
     chunk = max(1, budget // 2 // (2 * edge_index.dtype.itemsize))
     window = max(1, budget // 2 // id_dtype.itemsize)
     indptr = np.zeros(num_nodes + 1, np.int64)
-    for row, col in _edge_chunks(edge_index, chunk):
-        low, high = _merge_range(0, -1, row, col)
-        if high >= low and (low < 0 or high >= num_nodes):  # before the kernel indexes them
-            _check_edge_ids(owner, edge_index, num_nodes, budget)  # raises, naming all ids
+    for start, row, col in edge_chunks(edge_index, chunk):
+        check_edge_ids(owner, start, row, col, num_nodes)  # before the kernel indexes them
         _csr_count(row, col, indptr)
     np.cumsum(indptr, out=indptr)
 
@@ -631,7 +626,7 @@ def _undirected_csr_on_disk(
         slots = np.empty(int(indptr[stop] - indptr[first]), id_dtype)
         if len(slots):
             fill = indptr[first:stop] - indptr[first]
-            for row, col in _edge_chunks(edge_index, chunk):
+            for _, row, col in edge_chunks(edge_index, chunk):
                 _csr_scatter(row, col, first, fill, slots)
             del fill
         kept = _csr_dedup(indptr, first, stop, slots, mark, new_indptr)
@@ -644,38 +639,10 @@ def _undirected_csr_on_disk(
 
 def _check_edge_ids(owner: str, edge_index: np.ndarray, num_nodes: int, budget: int) -> None:
     """Node ids in ``[0, num_nodes)``, checked in chunks of ``budget`` bytes."""
-    low, high = 0, -1
-    for row, col in _edge_chunks(edge_index, max(1, budget // (2 * edge_index.dtype.itemsize))):
-        low, high = _merge_range(low, high, row, col)
-    _check_id_range(owner, low, high, num_nodes)
-
-
-def _edge_chunks(edge_index: np.ndarray, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(row, col)`` of ``chunk`` consecutive edges at a time, copied into one buffer that
-    every step reuses (a step's arrays are overwritten by the next)."""
-    num_edges = edge_index.shape[1]
-    buffer = np.empty((2, min(chunk, num_edges)), edge_index.dtype)
-    for start in range(0, num_edges, chunk):
-        size = min(chunk, num_edges - start)
-        buffer[:, :size] = edge_index[:, start : start + size]
-        yield buffer[0, :size], buffer[1, :size]
-
-
-def _merge_range(low: int, high: int, row: np.ndarray, col: np.ndarray) -> tuple[int, int]:
-    """``(min, max)`` of the ids seen so far (``high < low``: none yet)."""
-    if not len(row):
-        return low, high
-    lo = min(int(row.min()), int(col.min()))
-    hi = max(int(row.max()), int(col.max()))
-    return (lo, hi) if high < low else (min(low, lo), max(high, hi))
-
-
-def _check_id_range(owner: str, low: int, high: int, num_nodes: int) -> None:
-    if high >= low and (low < 0 or high >= num_nodes):
-        raise ValueError(
-            f"{owner}: expected node ids in `edge_index` to lie in [0, {num_nodes - 1}] "
-            f"(num_nodes = {num_nodes}) but found values in [{low}, {high}]."
-        )
+    for start, row, col in edge_chunks(
+        edge_index, max(1, budget // (2 * edge_index.dtype.itemsize))
+    ):
+        check_edge_ids(owner, start, row, col, num_nodes)
 
 
 def _cap(slack: float, size: int, num_parts: int) -> int:

@@ -20,14 +20,14 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from lightgraph.data.datasets.graph_dataset import MASK_NAMES
 from lightgraph.data.datasets.on_disk import OnDiskGraph
-from lightgraph.utilities.checks import check_int, check_type
+from lightgraph.utilities.arrays import edge_chunks, new_npy
+from lightgraph.utilities.checks import check_edge_ids, check_int, check_type
 from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "CSC_INDPTR_NAME",
     "add_key_counts",
     "count_keys",
-    "edge_chunks",
     "on_disk_csc",
     "scatter_by_key",
     "validate_on_disk_graph",
@@ -106,15 +105,6 @@ def scatter_by_key(
     cursor[sorted_keys[starts]] += lengths
 
 
-def edge_chunks(edge_index: Any, chunk: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """``(start, src, dst)`` of consecutive chunks of ``chunk`` edges, as ``int64`` copies."""
-    num_edges = int(edge_index.shape[1])
-    for lo in range(0, num_edges, chunk):
-        hi = min(num_edges, lo + chunk)
-        block = np.asarray(edge_index[:, lo:hi]).astype(np.int64, copy=False)
-        yield lo, block[0], block[1]
-
-
 def check_edge_array(owner: str, edge_index: Any) -> np.ndarray:
     """An integer NumPy array (or ``numpy.memmap``) of shape ``[2, E]``; its ids are checked
     while streaming it."""
@@ -140,20 +130,6 @@ def check_bool_mask(owner: str, name: str, mask: object, num_nodes: int) -> np.n
             f"{got}."
         )
     return np.array(mask)
-
-
-def _check_ids(owner: str, lo: int, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
-    if not src.size:
-        return
-    low, high = min(int(src.min()), int(dst.min())), max(int(src.max()), int(dst.max()))
-    if low < 0 or high >= num_nodes:
-        bad = np.flatnonzero((src < 0) | (src >= num_nodes) | (dst < 0) | (dst >= num_nodes))
-        e = lo + int(bad[0])
-        raise ValueError(
-            f"{owner}: expected node indices in `edge_index` to lie in [0, {num_nodes - 1}] "
-            f"(num_nodes = {num_nodes}) but edge {e} is ({int(src[bad[0]])}, "
-            f"{int(dst[bad[0]])})."
-        )
 
 
 def validate_on_disk_graph(
@@ -196,8 +172,10 @@ def validate_on_disk_graph(
             f"{x.shape[0]} rows."
         )
     edge_index = check_edge_array(owner, graph.edge_index)
-    for lo, src, dst in edge_chunks(edge_index, rows_per_chunk(budget, _CHECK_EDGE_BYTES)):
-        _check_ids(owner, lo, src, dst, n)
+    for lo, src, dst in edge_chunks(
+        edge_index, rows_per_chunk(budget, _CHECK_EDGE_BYTES), np.int64
+    ):
+        check_edge_ids(owner, lo, src, dst, n)
     y = graph.y
     if not isinstance(y, np.ndarray) or y.ndim not in (1, 2) or y.shape[0] != n:
         raise ValueError(
@@ -249,13 +227,6 @@ def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"shape {tuple(value.shape)} and dtype {value.dtype}"
     return type(value).__name__
-
-
-def _new_npy(path: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
-    if int(np.prod(shape)) == 0:
-        np.save(path, np.zeros(shape, dtype=dtype), allow_pickle=False)
-        return np.zeros(shape, dtype=dtype)
-    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
 
 
 def on_disk_csc(
@@ -314,8 +285,8 @@ def on_disk_csc(
 
     # pass 1: in-degrees, and the windows of targets
     indptr = np.zeros(n + 1, dtype=np.int64)
-    for lo, src, dst in edge_chunks(edge_index, chunk):
-        _check_ids(owner, lo, src, dst, n)
+    for lo, src, dst in edge_chunks(edge_index, chunk, np.int64):
+        check_edge_ids(owner, lo, src, dst, n)
         add_key_counts(indptr[1:], dst)
     np.cumsum(indptr, out=indptr)
     indptr_path = os.path.join(directory, CSC_INDPTR_NAME)
@@ -328,7 +299,7 @@ def on_disk_csc(
     window_start = np.asarray(bounds[:-1], dtype=np.int64)
 
     indices_path = os.path.join(directory, CSC_INDICES_NAME)
-    indices = _new_npy(indices_path, idt, (num_edges,))
+    indices = new_npy(indices_path, idt, (num_edges,))
     with tempfile.TemporaryDirectory(prefix=".csc-", dir=directory) as spill:
         # Windows are distributed _OPEN_FILES at a time (one pass over the edges each).
         for first in range(0, len(window_start), _OPEN_FILES):
@@ -366,7 +337,7 @@ def _distribute(
             for i in range(first, last)
         ]
         low = window_start[first]
-        for _, src, dst in edge_chunks(edge_index, chunk):
+        for _, src, dst in edge_chunks(edge_index, chunk, np.int64):
             keep = (dst >= low) & (dst < stop)
             src, dst = src[keep], dst[keep]
             window = np.searchsorted(window_start, dst, side="right") - 1

@@ -9,10 +9,10 @@ import torch
 from lightgraph.data.loader.minibatch import (
     NeighborSamplingLoader,
     gather_rows,
-    make_generator,
     sample_minibatch,
 )
 from lightgraph.functional.neighbor_sampling import to_csc
+from lightgraph.utilities.random_state import make_generator
 
 
 def _graph(n: int = 120, e: int = 600):

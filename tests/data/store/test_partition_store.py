@@ -24,7 +24,6 @@ from lightgraph.data.store.partition_store import (
     PartitionStore,
     StaleStoreError,
     build_partition_store,
-    id_dtype_for,
     write_partition_store,
 )
 
@@ -161,10 +160,6 @@ def test_files_follow_the_documented_layout(store, graph, part, hubs) -> None:
     assert meta["num_nodes"] == 600 and meta["num_parts"] == k and meta["num_hubs"] == 15
     assert meta["id_dtype"] == "int32" and meta["num_edges"] == graph.edge_index.size(1)
     assert set(meta["manifest"]["files"]) == set(os.listdir(d)) - {META_FILE}
-
-
-def test_id_dtype() -> None:
-    assert id_dtype_for(2**31 - 1) == np.int32 and id_dtype_for(2**31) == np.int64
 
 
 # ------------------------------------------------------------------------ round trip

@@ -57,7 +57,6 @@ from lightgraph.data.store.partition_store.layout import (
     STORE_VERSION,
     X_FILE,
     Y_FILE,
-    id_dtype_for,
 )
 from lightgraph.data.store.partition_store.macro_batch import MacroBatch
 from lightgraph.data.store.partition_store.reader import PartitionStore
@@ -94,6 +93,5 @@ __all__ = [
     "Y_FILE",
     "build_partition_store",
     "default_store_fingerprint",
-    "id_dtype_for",
     "write_partition_store",
 ]

@@ -59,11 +59,6 @@ CSC_INDPTR_FILE, CSC_INDICES_FILE = "csc_indptr.npy", "csc_indices.npy"
 NODE_FILES = (X_FILE, Y_FILE, MASKS_FILE, NODE_IDS_FILE)
 
 
-def id_dtype_for(num_nodes: int) -> np.dtype:
-    """``int32`` for node ids of a graph with fewer than ``2**31`` nodes, else ``int64``."""
-    return np.dtype(np.int32 if num_nodes < 2**31 else np.int64)
-
-
 def expected_arrays(meta: dict[str, Any]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     """``{file: (dtype, shape)}`` of every array of the store ``meta`` describes."""
     n, f, k, h = (int(meta[key]) for key in ("num_nodes", "num_features", "num_parts", "num_hubs"))

@@ -35,7 +35,6 @@ from lightgraph.data.datasets.graph_dataset import (
 from lightgraph.data.datasets.on_disk import OnDiskGraph
 from lightgraph.data.partition.out_of_core import (
     add_key_counts,
-    edge_chunks,
     scatter_by_key,
     validate_on_disk_graph,
 )
@@ -67,9 +66,9 @@ from lightgraph.data.store.partition_store.layout import (
     STORE_VERSION,
     X_FILE,
     Y_FILE,
-    id_dtype_for,
 )
 from lightgraph.data.store.partition_store.reader import PartitionStore
+from lightgraph.utilities.arrays import edge_chunks, id_dtype_for, new_npy
 from lightgraph.utilities.checks import check_bool, check_int, check_type, describe
 from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
 
@@ -149,15 +148,6 @@ def _check_hubs(owner: str, hubs: Any, num_nodes: int) -> np.ndarray:
                 f"followed by hubs[{i + 1}] = {int(arr[i + 1])}."
             )
     return arr
-
-
-def _create_npy(path: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """A writable memory map of a new ``.npy`` file (a plain array if it holds nothing)."""
-    if int(np.prod(shape)) == 0:
-        with open(path, "wb") as f:
-            np.save(f, np.zeros(shape, dtype=dtype))
-        return np.zeros(shape, dtype=dtype)
-    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
 
 
 def _save_npy(writer: CacheWriter, name: str, array: np.ndarray) -> None:
@@ -410,8 +400,8 @@ def write_partition_store(
     with contextlib.ExitStack() as stack:
         paths = {name: stack.enter_context(writer.path(name)) for name in (HUB_X_FILE, HUB_Y_FILE)}
         out = {
-            HUB_X_FILE: _create_npy(paths[HUB_X_FILE], np.float32, (h, f)),
-            HUB_Y_FILE: _create_npy(paths[HUB_Y_FILE], y_dtype, (h, *y_shape)),
+            HUB_X_FILE: new_npy(paths[HUB_X_FILE], np.float32, (h, f)),
+            HUB_Y_FILE: new_npy(paths[HUB_Y_FILE], y_dtype, (h, *y_shape)),
         }
         for lo in range(0, h, rows):
             ids = hub_np[lo : lo + rows]
@@ -421,10 +411,10 @@ def write_partition_store(
     with contextlib.ExitStack() as stack:
         paths = {name: stack.enter_context(writer.path(name)) for name in NODE_FILES}
         out = {
-            X_FILE: _create_npy(paths[X_FILE], np.float32, (n, f)),
-            Y_FILE: _create_npy(paths[Y_FILE], y_dtype, (n, *y_shape)),
-            MASKS_FILE: _create_npy(paths[MASKS_FILE], np.bool_, (n, 3)),
-            NODE_IDS_FILE: _create_npy(paths[NODE_IDS_FILE], idt, (n,)),
+            X_FILE: new_npy(paths[X_FILE], np.float32, (n, f)),
+            Y_FILE: new_npy(paths[Y_FILE], y_dtype, (n, *y_shape)),
+            MASKS_FILE: new_npy(paths[MASKS_FILE], np.bool_, (n, 3)),
+            NODE_IDS_FILE: new_npy(paths[NODE_IDS_FILE], idt, (n,)),
         }
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
@@ -481,10 +471,10 @@ def write_partition_store(
             for name in (EDGES_FILE, HUB_EDGES_FILE, HUB_HUB_EDGES_FILE, CSC_INDICES_FILE)
         }
         out = {
-            EDGES_FILE: _create_npy(paths[EDGES_FILE], idt, (int(edge_ptr[-1]), 2)),
-            HUB_EDGES_FILE: _create_npy(paths[HUB_EDGES_FILE], idt, (int(hub_edge_ptr[-1]), 2)),
-            HUB_HUB_EDGES_FILE: _create_npy(paths[HUB_HUB_EDGES_FILE], idt, (num_hh, 2)),
-            CSC_INDICES_FILE: _create_npy(paths[CSC_INDICES_FILE], idt, (num_edges,)),
+            EDGES_FILE: new_npy(paths[EDGES_FILE], idt, (int(edge_ptr[-1]), 2)),
+            HUB_EDGES_FILE: new_npy(paths[HUB_EDGES_FILE], idt, (int(hub_edge_ptr[-1]), 2)),
+            HUB_HUB_EDGES_FILE: new_npy(paths[HUB_HUB_EDGES_FILE], idt, (num_hh, 2)),
+            CSC_INDICES_FILE: new_npy(paths[CSC_INDICES_FILE], idt, (num_edges,)),
         }
         # An on-disk graph's outputs are written in `passes` windows of their positions,
         # each pass reading the edges again: random writes to memory-mapped files larger
