@@ -1445,7 +1445,7 @@ def glem_run(
     last-layer embeddings of every node, recomputed at the start of every GNN phase
     (timed as LM work). ``lm_schedule`` / ``lm_warmup``: the LM's learning rate over each
     LM phase's optimiser steps, as ``UniTGModule`` moves its own
-    (:func:`~lightgraph.models.unitg_module.lm_learning_rate`; the worker passes the
+    (:func:`~lightgraph.models.unitg_lm_jobs.lm_learning_rate`; the worker passes the
     recipe's). ``pooler``: the initial pooler of GLEM's LM head (:func:`build_glem`).
     ``patience``: the example's early stopping (from a
     phase's 5th epoch on, stop after more than ``patience`` epochs without a better
@@ -1458,7 +1458,7 @@ def glem_run(
     import torch
     from torch.utils.data import DataLoader, Subset
 
-    from lightgraph.models.unitg_module import lm_learning_rate
+    from lightgraph.models.unitg_lm_jobs import lm_learning_rate
 
     if gnn_input not in ("raw", "lm"):
         raise ValueError(f"glem_run: expected `gnn_input` in ('raw', 'lm') but got {gnn_input!r}.")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import itertools
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import torch
@@ -18,16 +16,19 @@ from torch import Tensor
 
 from lightgraph.data.partition.partition_plan import PartitionPlan
 from lightgraph.distributed.bit_assignment import reassign_bits
+from lightgraph.distributed.halo_messages import (
+    Decoding,
+    HaloMessages,
+    Inflight,
+    RestoredRows,
+    restore_buffers,
+)
+from lightgraph.distributed.halo_transfer import FinishedExchange, HaloTransfer, PipelinedExchange
 from lightgraph.distributed.link_profiler import resolve_cost_model
 from lightgraph.functional.exchange_stats import ExchangeStats
 from lightgraph.functional.halo_exchange import (
     TRANSPORTS,
-    GradientJoin,
-    PendingBytes,
     Ready,
-    exchange_needed,
-    exchange_rows,
-    grad_join,
     halo_exchange,
     start_exchange_bytes,
     start_exchange_rows,
@@ -36,7 +37,6 @@ from lightgraph.functional.quantize import (
     PARAM_BYTES_PER_ROW,
     pack_rows,
     packed_nbytes,
-    unpack_rows,
 )
 from lightgraph.quant.bit_width_policy import BitWidthPolicy
 from lightgraph.quant.random_bits import RandomBits
@@ -56,143 +56,6 @@ Mode = Literal["sync", "async", "overlap"]
 MODES: tuple[str, ...] = get_args(Mode)
 
 _EXCHANGER_IDS = itertools.count()
-
-
-@dataclass
-class _Messages:
-    """Which rows travel between this rank and its peers in one training epoch."""
-
-    send_index: Tensor  # local ids of inner rows to send, grouped per peer
-    send_counts: list[int]
-    recv_index: (
-        Tensor | None
-    )  # positions of received rows among the halo rows (None: all, in order)
-    recv_counts: list[int]
-    send_bits: Tensor | None  # bit-width per sent row (None: FP32)
-    recv_bits: Tensor | None  # bit-width per received row
-    num_halo: int
-
-    def place(self, received: Tensor) -> Tensor:
-        """Received rows -> ``[num_halo, F]`` halo rows (zeros for rows not sent)."""
-        if self.recv_index is None:
-            return received
-        halo = received.new_zeros((self.num_halo,) + tuple(received.shape[1:]))
-        halo[self.recv_index] = received
-        return halo
-
-    def pick(self, halo_grad: Tensor) -> Tensor:
-        """``[num_halo, F]`` halo gradients -> the rows that travel back."""
-        return halo_grad if self.recv_index is None else halo_grad[self.recv_index]
-
-    def to(self, device: torch.device) -> _Messages:
-        """The same layout with its tensors on ``device``."""
-
-        def move(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.to(device)
-
-        return dataclasses.replace(
-            self,
-            send_index=self.send_index.to(device),
-            recv_index=move(self.recv_index),
-            send_bits=move(self.send_bits),
-            recv_bits=move(self.recv_bits),
-        )
-
-    def state(self) -> dict[str, Any]:
-        """The layout as checkpoint data: CPU tensors, ints, lists and ``None`` only."""
-
-        def cpu(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.detach().cpu()
-
-        return {
-            "send_index": cpu(self.send_index),
-            "send_counts": [int(c) for c in self.send_counts],
-            "recv_index": cpu(self.recv_index),
-            "recv_counts": [int(c) for c in self.recv_counts],
-            "send_bits": cpu(self.send_bits),
-            "recv_bits": cpu(self.recv_bits),
-            "num_halo": int(self.num_halo),
-        }
-
-
-class _Decoding:
-    """A pending quantised transfer; :meth:`wait` returns dequantised rows.
-
-    The received bytes are split per peer by the sizes the peers announced
-    (:func:`~lightgraph.functional.halo_exchange.start_exchange_bytes`), not by
-    :func:`~lightgraph.functional.quantize.packed_nbytes`: a packed buffer may carry more
-    than the formula's bytes. On CUDA the wait and the dequantisation run on the
-    exchanger's side stream (``stream``) and the caller's stream is ordered after them.
-    The rows are decoded once; later calls return them again.
-    """
-
-    def __init__(
-        self,
-        pending: PendingBytes,
-        bits: Tensor,
-        counts: list[int],
-        dim: int,
-        dtype: torch.dtype,
-        stats: ExchangeStats,
-        compiled: bool = False,
-        stream: Any = None,
-    ) -> None:
-        self.pending, self.bits, self.counts, self.dim = pending, bits, counts, dim
-        self.dtype, self.stats, self.compiled, self.stream = dtype, stats, compiled, stream
-        self._rows: Tensor | None = None
-
-    def wait(self) -> Tensor:
-        if self._rows is not None:
-            return self._rows
-        consumer = None if self.stream is None else torch.cuda.current_stream(self.stream.device)
-        with nullcontext() if self.stream is None else torch.cuda.stream(self.stream):
-            buf = self.pending.wait()
-            tic = time.perf_counter()
-            try:
-                rows = self._decode(buf, self.pending.recv_counts)
-            finally:
-                self.stats.record_time("train", "dequantize", time.perf_counter() - tic)
-        if consumer is not None:
-            consumer.wait_stream(self.stream)
-            rows.record_stream(consumer)
-        self._rows = rows
-        self.pending = None  # type: ignore[assignment]  # free the received bytes
-        return rows
-
-    def _decode(self, buf: Tensor, sizes: list[int] | None) -> Tensor:
-        if sizes is None or len(sizes) != len(self.counts) or sum(sizes) != buf.numel():
-            raise RuntimeError(
-                f"HaloExchanger: expected the peers' message sizes to add up to the "
-                f"{buf.numel()} bytes received, one per peer ({len(self.counts)}), but got {sizes}."
-            )
-        # Every peer's rows are dequantised straight into their slice of one buffer.
-        rows = torch.empty((sum(self.counts), self.dim), dtype=self.dtype, device=buf.device)
-        start, row = 0, 0
-        for count, size in zip(self.counts, sizes, strict=True):
-            if count:
-                unpack_rows(
-                    buf[start : start + size],
-                    self.bits[row : row + count],
-                    self.dim,
-                    self.dtype,
-                    compiled=self.compiled,
-                    out=rows[row : row + count],
-                )
-            elif size:
-                raise RuntimeError(
-                    f"HaloExchanger: a peer sent {size} bytes where no rows were expected; the "
-                    f"ranks disagree on the message layout."
-                )
-            start += size
-            row += count
-        return rows
-
-
-@dataclass
-class _Inflight:
-    pending: Any
-    msgs: _Messages
-    layer: str
 
 
 class HaloExchanger:
@@ -277,7 +140,7 @@ class HaloExchanger:
         self.epoch = 0
         self.stats = ExchangeStats()
         self._generator: torch.Generator | None = None
-        self._buffers: dict[tuple[str, str], tuple[Any, _Messages]] = {}
+        self._buffers: dict[tuple[str, str], tuple[Any, HaloMessages]] = {}
         # The ring's rounds run on one worker owned by this exchanger: FIFO across calls.
         self._executor: ThreadPoolExecutor | None = None
         # CUDA side streams of quantisation and communication, one per device.
@@ -350,7 +213,7 @@ class HaloExchanger:
             f"but got {type(policy).__name__ if policy is not None else 'None (FP32 exchange)'}."
         )
 
-    def _ring_executor(self) -> ThreadPoolExecutor | None:
+    def ring_executor(self) -> ThreadPoolExecutor | None:
         if self.transport != "ring":
             return None
         if self._executor is None:
@@ -382,7 +245,7 @@ class HaloExchanger:
     def __call__(
         self, x: Tensor, plan: PartitionPlan, stage: str = "train", layer: str = "layer"
     ) -> Tensor:
-        if stage != "train" or self._plain():
+        if stage != "train" or self.exact():
             return halo_exchange(
                 x,
                 plan.send_index,
@@ -393,15 +256,15 @@ class HaloExchanger:
                 stats=self.stats,
                 stage=stage,
                 layer=layer,
-                executor=self._ring_executor(),
+                executor=self.ring_executor(),
             )
         if not self.distributed:
             return halo_exchange(
                 x, plan.send_index, plan.send_counts, plan.halo_counts, group=self.group
             )
-        return _PipelinedExchange.apply(x, self, plan, layer)
+        return PipelinedExchange.apply(x, self, plan, layer)
 
-    def _plain(self) -> bool:
+    def exact(self) -> bool:
         """Whether training exchanges are the plain FP32 synchronous :func:`halo_exchange`."""
         return (
             self.policy is None
@@ -415,18 +278,18 @@ class HaloExchanger:
         """Whether layers should split their work around :meth:`start` / :meth:`finish`."""
         return stage == "train" and self.mode == "overlap" and self.distributed
 
-    def start(self, x: Tensor, plan: PartitionPlan, layer: str) -> _Inflight:
+    def start(self, x: Tensor, plan: PartitionPlan, layer: str) -> Inflight:
         """Start this layer's forward exchange; rows travel while the caller computes."""
         key = (layer, "forward")
         msgs = self.messages(plan, layer, "forward")
         previous = self._buffers.pop(key, None)
         if previous is not None:
             previous[0].wait()  # drain a transfer started by an asynchronous epoch
-        pending = self._start_forward(x, msgs, layer, plan)
+        pending = self.start_forward(x, msgs, layer, plan)
         self._buffers[key] = (pending, msgs)  # drain() completes it if never finished
-        return _Inflight(pending, msgs, layer)
+        return Inflight(pending, msgs, layer)
 
-    def _start_forward(self, x: Tensor, msgs: _Messages, layer: str, plan: PartitionPlan) -> Any:
+    def start_forward(self, x: Tensor, msgs: HaloMessages, layer: str, plan: PartitionPlan) -> Any:
         """Start sending ``x``'s rows of ``msgs`` (forward direction) to their peers."""
         rows = x.detach().index_select(0, msgs.send_index)
         return self._start(
@@ -440,8 +303,8 @@ class HaloExchanger:
             plan,
         )
 
-    def _start_backward(
-        self, halo_grad: Tensor, msgs: _Messages, layer: str, plan: PartitionPlan
+    def start_backward(
+        self, halo_grad: Tensor, msgs: HaloMessages, layer: str, plan: PartitionPlan
     ) -> Any:
         """Start sending the halo rows' gradients of ``msgs`` back to their owners."""
         rows = msgs.pick(halo_grad).contiguous()
@@ -479,11 +342,11 @@ class HaloExchanger:
         """
         return HaloTransfer(self, x, plan, stage, layer)
 
-    def finish(self, inflight: _Inflight, x: Tensor, plan: PartitionPlan) -> Tensor:
+    def finish(self, inflight: Inflight, x: Tensor, plan: PartitionPlan) -> Tensor:
         """Wait for :meth:`start`'s rows; returns ``[x; halo]`` (differentiable, like ``__call__``)."""
         received = inflight.pending.wait()
         self._buffers[(inflight.layer, "forward")] = (Ready(received), inflight.msgs)
-        return _FinishedExchange.apply(x, received, inflight.msgs, self, plan, inflight.layer)
+        return FinishedExchange.apply(x, received, inflight.msgs, self, plan, inflight.layer)
 
     def drain(self) -> None:
         """Complete every transfer still in flight (before the process group goes away).
@@ -501,6 +364,19 @@ class HaloExchanger:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+    # ------------------------------------------------------------------ exchange buffers
+    def buffer(self, key: tuple[str, str]) -> tuple[Any, HaloMessages] | None:
+        """The last transfer of ``(layer, direction)``: ``(pending or ready rows, messages)``."""
+        return self._buffers.get(key)
+
+    def put_buffer(self, key: tuple[str, str], pending: Any, msgs: HaloMessages) -> None:
+        """Record a transfer of ``(layer, direction)`` (what an asynchronous epoch reads)."""
+        self._buffers[key] = (pending, msgs)
+
+    def take_buffer(self, key: tuple[str, str]) -> tuple[Any, HaloMessages] | None:
+        """Remove and return the transfer of ``(layer, direction)``, if any."""
+        return self._buffers.pop(key, None)
 
     # ------------------------------------------------------------------- resume state
     def rng_state(self) -> dict[str, Any]:
@@ -546,7 +422,7 @@ class HaloExchanger:
             else ("generator", "buffers")
         )
         check_rng_state(owner, state, keys, "HaloExchanger.rng_state()")
-        buffers = _restore_buffers(owner, state["buffers"]) if "buffers" in state else None
+        buffers = restore_buffers(owner, state["buffers"]) if "buffers" in state else None
         self._generator = restore_generator(state["generator"], None, owner, "state['generator']")
         if buffers is not None:
             self.drain()
@@ -561,7 +437,7 @@ class HaloExchanger:
             )
         return self._generator
 
-    def messages(self, plan: PartitionPlan, layer: str, direction: str) -> _Messages:
+    def messages(self, plan: PartitionPlan, layer: str, direction: str) -> HaloMessages:
         """This epoch's message layout (bit-widths, sampled rows) for one layer and direction."""
         sampled = self.boundary_sampling is not None
         policy = self.policy
@@ -570,7 +446,7 @@ class HaloExchanger:
         )
         # Layouts live with the plan they describe (a moved or rebuilt plan starts afresh),
         # keyed by everything they depend on.
-        layouts: dict[Any, _Messages] = plan.cached(("halo_messages", self._uid), dict)
+        layouts: dict[Any, HaloMessages] = plan.cached(("halo_messages", self._uid), dict)
         key = (
             self.epoch if sampled else None,
             bits_key,
@@ -595,7 +471,7 @@ class HaloExchanger:
                 send_bits = send_bits[send_pos]
             if recv_index is not None:
                 recv_bits = recv_bits[recv_index]
-        msgs = _Messages(
+        msgs = HaloMessages(
             send_index, send_counts, recv_index, recv_counts, send_bits, recv_bits, plan.num_halo
         )
         layouts[key] = msgs
@@ -667,7 +543,7 @@ class HaloExchanger:
         if bits_out is None or bits_in is None:
             self.stats.record("train", layer, direction, rows.numel() * rows.element_size())
             return start_exchange_rows(
-                rows, counts_out, counts_in, self.group, self.transport, self._ring_executor()
+                rows, counts_out, counts_in, self.group, self.transport, self.ring_executor()
             )
         dim = rows.size(1)
         gen = self._rng(rows.device)
@@ -706,9 +582,9 @@ class HaloExchanger:
             self.stats.record("train", layer, direction, params, kind="params")
             # The receiver cannot size its buffers from the widths alone: sizes travel first.
             pending = start_exchange_bytes(
-                payload, bytes_out, self.group, self.transport, self._ring_executor()
+                payload, bytes_out, self.group, self.transport, self.ring_executor()
             )
-        return _Decoding(
+        return Decoding(
             pending,
             bits_in,
             counts_in,
@@ -728,14 +604,14 @@ class HaloExchanger:
             self._streams[device] = torch.cuda.Stream(device)
         return self._streams[device]
 
-    def _transfer(
-        self, key: tuple[str, str], start: Any, msgs: _Messages
-    ) -> tuple[Tensor, _Messages]:
+    def transfer(
+        self, key: tuple[str, str], start: Any, msgs: HaloMessages
+    ) -> tuple[Tensor, HaloMessages]:
         """Rows for this step under the current mode; returns them with their layout."""
         previous = self._buffers.pop(key, None)
         if self.mode == "async" and previous is not None:
             stale, stale_msgs = previous[0].wait(), previous[1]
-            if isinstance(previous[0], _Restored):  # from a checkpoint, on the CPU
+            if isinstance(previous[0], RestoredRows):  # from a checkpoint, on the CPU
                 device = msgs.send_index.device
                 stale, stale_msgs = stale.to(device), stale_msgs.to(device)
             self._buffers[key] = (start(), msgs)  # this epoch's rows, used next epoch
@@ -745,306 +621,3 @@ class HaloExchanger:
         fresh = start().wait()
         self._buffers[key] = (Ready(fresh), msgs)
         return fresh, msgs
-
-
-class _Restored(Ready):
-    """Rows carried into the first epoch of a resumed run (:meth:`HaloExchanger.set_rng_state`).
-
-    Saved as CPU tensors; :meth:`HaloExchanger._transfer` moves them, and their layout, to
-    the exchange's device when an asynchronous epoch uses them.
-    """
-
-
-_BUFFER_KEYS: tuple[str, ...] = (
-    "layer",
-    "direction",
-    "rows",
-    "send_index",
-    "send_counts",
-    "recv_index",
-    "recv_counts",
-    "send_bits",
-    "recv_bits",
-    "num_halo",
-)
-
-
-def _restore_buffers(owner: str, entries: Any) -> dict[tuple[str, str], tuple[Any, _Messages]]:
-    """The exchanger's buffers from the ``"buffers"`` of :meth:`HaloExchanger.rng_state`."""
-    if not isinstance(entries, list | tuple):
-        raise TypeError(
-            f"{owner}: expected state['buffers'] to be a list of carried exchanges (from "
-            f"HaloExchanger.rng_state()) but got {type(entries).__name__}."
-        )
-    buffers: dict[tuple[str, str], tuple[Any, _Messages]] = {}
-    for i, entry in enumerate(entries):
-        where = f"state['buffers'][{i}]"
-        if not isinstance(entry, Mapping) or set(entry) != set(_BUFFER_KEYS):
-            got = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
-            raise TypeError(
-                f"{owner}: expected {where} to be a mapping with the keys {sorted(_BUFFER_KEYS)} "
-                f"but got {got}."
-            )
-        layer, direction = entry["layer"], entry["direction"]
-        if not isinstance(layer, str) or direction not in ("forward", "backward"):
-            raise ValueError(
-                f"{owner}: expected {where} to name a layer (str) and a direction ('forward' or "
-                f"'backward') but got {layer!r} and {direction!r}."
-            )
-        for name in ("rows", "send_index", "recv_index", "send_bits", "recv_bits"):
-            optional = name not in ("rows", "send_index")
-            value = entry[name]
-            if not (isinstance(value, Tensor) or (optional and value is None)):
-                raise TypeError(
-                    f"{owner}: expected {where}[{name!r}] to be a tensor"
-                    f"{' or None' if optional else ''} but got {type(value).__name__}."
-                )
-        for name in ("send_counts", "recv_counts"):
-            if not isinstance(entry[name], list | tuple):
-                raise TypeError(
-                    f"{owner}: expected {where}[{name!r}] to be a list of ints but got "
-                    f"{type(entry[name]).__name__}."
-                )
-        msgs = _Messages(
-            send_index=entry["send_index"],
-            send_counts=[int(c) for c in entry["send_counts"]],
-            recv_index=entry["recv_index"],
-            recv_counts=[int(c) for c in entry["recv_counts"]],
-            send_bits=entry["send_bits"],
-            recv_bits=entry["recv_bits"],
-            num_halo=int(entry["num_halo"]),
-        )
-        buffers[(layer, direction)] = (_Restored(entry["rows"]), msgs)
-    return buffers
-
-
-class _PipelinedExchange(torch.autograd.Function):
-    """Halo exchange with quantisation, boundary sampling and the async pipeline."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, ex: HaloExchanger, plan: PartitionPlan, layer: str) -> Tensor:  # type: ignore[override]
-        msgs = ex.messages(plan, layer, "forward")
-
-        def start() -> Any:
-            return ex._start_forward(x, msgs, layer, plan)
-
-        received, used = ex._transfer((layer, "forward"), start, msgs)
-        ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
-        return torch.cat([x, used.place(received).to(x.dtype)], dim=0)
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        return (_backward_exchange(ctx, grad_out), None, None, None)
-
-
-class _FinishedExchange(torch.autograd.Function):
-    """``[x; halo]`` from rows received by :meth:`HaloExchanger.start` (overlap mode)."""
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        x: Tensor,
-        received: Tensor,
-        msgs: _Messages,
-        ex: HaloExchanger,
-        plan: PartitionPlan,
-        layer: str,
-    ) -> Tensor:
-        ctx.ex, ctx.plan, ctx.layer, ctx.num_inner = ex, plan, layer, x.size(0)
-        return torch.cat([x, msgs.place(received).to(x.dtype)], dim=0)
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        return (_backward_exchange(ctx, grad_out), None, None, None, None, None)
-
-
-def _backward_exchange(ctx: Any, grad_out: Tensor) -> Tensor:
-    """Send halo gradients back to their owners (under the exchanger's mode) and accumulate."""
-    ex, plan, layer, n = ctx.ex, ctx.plan, ctx.layer, ctx.num_inner
-    msgs = ex.messages(plan, layer, "backward")
-    halo_grad = grad_out[n:]
-
-    def start() -> Any:
-        return ex._start_backward(halo_grad, msgs, layer, plan)
-
-    received, used = ex._transfer((layer, "backward"), start, msgs)
-    grad_x = grad_out[:n].clone()
-    grad_x.index_add_(0, used.send_index, received.to(grad_x.dtype))
-    return grad_x
-
-
-class HaloTransfer:
-    """One layer's exchange on the split path (:meth:`HaloExchanger.start_halo`).
-
-    Attributes:
-        inner: the layer input ``x``, routed through a gradient join when it requires
-            gradients (see :func:`~lightgraph.functional.halo_exchange.grad_join`); every
-            use of the inner rows must go through it.
-
-    :meth:`halo` returns the ``[num_halo, F]`` halo rows (differentiable: their gradient
-    travels back to the owners and is added to the gradient of :attr:`inner`); call it
-    once. If autograd reaches the join but not the halo rows (a layer that ignores them
-    on this rank), the join sends zero gradients for them, so every rank takes part in
-    the backward exchange.
-    """
-
-    def __init__(
-        self, ex: HaloExchanger, x: Tensor, plan: PartitionPlan, stage: str, layer: str
-    ) -> None:
-        self.layer = layer
-        self._taken = False
-        self._received: Tensor | None = None
-        self._inflight: _Inflight | None = None
-        self._dtype = x.dtype
-        if not exchange_needed(plan.send_counts, plan.halo_counts, ex.group, "HaloExchanger"):
-            kind = "none"
-        elif stage != "train" or ex._plain():
-            kind = "plain"  # exact FP32, the rows of `halo_exchange`
-            rows = x.detach().index_select(0, plan.send_index)
-            self._received = exchange_rows(
-                rows,
-                plan.send_counts,
-                plan.halo_counts,
-                ex.group,
-                ex.transport,
-                ex._ring_executor(),
-            )
-            ex.stats.record(stage, layer, "forward", rows.numel() * rows.element_size())
-        elif ex.overlaps(stage):
-            kind = "overlap"
-            self._inflight = ex.start(x, plan, layer)
-        else:
-            kind = "pipelined"  # quantised / sampled / asynchronous, as `__call__`
-            msgs = ex.messages(plan, layer, "forward")
-
-            def start() -> Any:
-                return ex._start_forward(x, msgs, layer, plan)
-
-            received, used = ex._transfer((layer, "forward"), start, msgs)
-            self._received = used.place(received).to(x.dtype)
-        self.kind = kind
-        self._ex = ex
-        joined = kind != "none" and torch.is_grad_enabled() and x.requires_grad
-        self._sender: _HaloGradients | None = None
-        if joined:
-            join = GradientJoin()
-            # No tensors in the sender: the join holds it without a cycle through autograd.
-            shape = (plan.num_halo,) + tuple(x.shape[1:])
-            self._sender = _HaloGradients(ex, plan, stage, layer, kind, join, shape, x)
-            join.expect(self._sender.ensure_sent)
-            x = grad_join(x, join)
-        self.inner: Tensor = x
-
-    def halo(self) -> Tensor:
-        """The halo rows (in overlap mode: waits for the transfer started at construction)."""
-        if self._taken:
-            raise RuntimeError(
-                f"HaloTransfer({self.layer}): halo() was already called; keep its result."
-            )
-        self._taken = True
-        if self.kind == "none":
-            return self.inner.new_zeros((0,) + tuple(self.inner.shape[1:]))
-        rows = self._rows()
-        if self._sender is None:
-            return rows
-        self._sender.armed = True
-        return _HaloRows.apply(self.inner, rows, self._sender)
-
-    def local(self) -> Tensor:
-        """``[inner; halo]`` rows, what :meth:`HaloExchanger.__call__` returns."""
-        return torch.cat([self.inner, self.halo()], dim=0)
-
-    def _rows(self) -> Tensor:
-        if self.kind == "overlap":
-            inflight, self._inflight = self._inflight, None
-            assert inflight is not None
-            received = inflight.pending.wait()
-            self._ex._buffers[(self.layer, "forward")] = (Ready(received), inflight.msgs)
-            return inflight.msgs.place(received).to(self._dtype)
-        received, self._received = self._received, None
-        assert received is not None
-        return received
-
-
-class _HaloGradients:
-    """Sends one layer's halo gradients back (under the exchanger's mode) into its join."""
-
-    def __init__(
-        self,
-        ex: HaloExchanger,
-        plan: PartitionPlan,
-        stage: str,
-        layer: str,
-        kind: str,
-        join: GradientJoin,
-        shape: tuple[int, ...],
-        like: Tensor,
-    ) -> None:
-        self.ex, self.plan, self.stage, self.layer, self.kind = ex, plan, stage, layer, kind
-        self.join, self.shape = join, shape
-        self.dtype, self.device = like.dtype, like.device
-        self.armed = False  # the halo rows were handed out
-        self.sent = False
-
-    def ensure_sent(self) -> None:
-        """Called by the join: a rank whose halo rows got no gradient still sends zeros."""
-        if self.armed and not self.sent:
-            self.send(torch.zeros(self.shape, dtype=self.dtype, device=self.device))
-
-    def send(self, grad: Tensor) -> None:
-        """Send the halo rows' gradient back; the join adds what comes back to ``inner``'s."""
-        self.sent = True
-        ex, plan, layer = self.ex, self.plan, self.layer
-        if self.kind == "plain":
-            grad = grad.contiguous()
-            back = exchange_rows(
-                grad,
-                plan.halo_counts,
-                plan.send_counts,
-                ex.group,
-                ex.transport,
-                ex._ring_executor(),
-            )
-            ex.stats.record(self.stage, layer, "backward", grad.numel() * grad.element_size())
-            self.join.park(Ready(back), plan.send_index)
-            return
-        key = (layer, "backward")
-        msgs = ex.messages(plan, layer, "backward")
-
-        def start() -> Any:
-            return ex._start_backward(grad, msgs, layer, plan)
-
-        if self.kind == "pipelined":
-            received, used = ex._transfer(key, start, msgs)
-            self.join.park(Ready(received), used.send_index)
-            return
-        # overlap: only start; the join waits once the inner rows' backward is done
-        previous = ex._buffers.pop(key, None)
-        if previous is not None:
-            previous[0].wait()  # drain a transfer started by an asynchronous epoch
-        pending = start()
-        ex._buffers[key] = (pending, msgs)  # drain() completes it if the join never runs
-
-        def done(received: Tensor) -> None:
-            current = ex._buffers.get(key)
-            if current is not None and current[0] is pending:
-                ex._buffers[key] = (Ready(received), msgs)  # what a following async epoch reads
-
-        self.join.park(pending, msgs.send_index, done)
-
-
-class _HaloRows(torch.autograd.Function):
-    """Halo rows attached to the layer input's graph; backward sends their gradient home."""
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any, inner: Tensor, rows: Tensor, sender: _HaloGradients
-    ) -> Tensor:
-        ctx.sender = sender
-        # A new tensor object for autograd to own (buffers may keep `rows` itself).
-        return rows.detach()
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        ctx.sender.send(grad)
-        return None, None, None

@@ -3,7 +3,8 @@
 from lightgraph.models.graph_transformer_module import GraphTransformerModule
 from lightgraph.models.minibatch_classifier import MiniBatchNodeClassifier
 from lightgraph.models.node_classifier import NodeClassifier
-from lightgraph.models.unitg_module import LMJob, UniTGModule
+from lightgraph.models.unitg_lm_jobs import LMJob
+from lightgraph.models.unitg_module import UniTGModule
 
 __all__ = [
     "GraphTransformerModule",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as pl
@@ -26,6 +25,7 @@ from lightgraph.distributed.bubble_interleaver import BubbleInterleaver
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.flow_pipeline import FlowPipeline
 from lightgraph.distributed.timeline import Timeline
+from lightgraph.models.unitg_lm_jobs import LM_SCHEDULES, LMJob, LMJobPlan, lm_learning_rate
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
     degree_groups,
@@ -49,43 +49,6 @@ SCHEDULES: tuple[str, ...] = ("collaborative", "sequential")
 RANK_STATE_KEY = "unitg_rank_states"
 _CACHE_BUFFERS: tuple[str, ...] = ("lm_cache", "lm_cache_exit", "lm_stamp")
 ENCODE_AT: tuple[str, ...] = ("last", "exit")
-#: How the LM's learning rate moves over its optimiser steps.
-LM_SCHEDULES: tuple[str, ...] = ("constant", "linear")
-
-
-def lm_learning_rate(step: int, total: int, peak: float, schedule: str, warmup: float) -> float:
-    """The LM's learning rate at optimiser step ``step`` (0-based) of ``total``.
-
-    ``"constant"``: ``peak`` throughout. ``"linear"``: linear warm-up over the first
-    ``W = ceil(warmup * total)`` steps (step ``s < W`` takes ``peak * (s + 1) / W``), then
-    linear decay to ``peak / (total - W)`` at the last step (step ``s >= W`` takes
-    ``peak * (total - s) / (total - W)``) -- the schedule BERT-style encoders are
-    fine-tuned with (Hugging Face's ``get_linear_schedule_with_warmup``, shifted by one
-    step so that no step has a zero rate).
-    """
-    if schedule == "constant" or total <= 0:
-        return peak
-    w = math.ceil(warmup * total)
-    if step < w:
-        return peak * (step + 1) / w
-    return peak * max(total - step, 1) / max(total - w, 1)
-
-
-@dataclass(frozen=True)
-class LMJob:
-    """One unit of language-model work: a training batch (and an encoding batch).
-
-    Attributes:
-        index: position in the run's job list (also the stamp of the embeddings it writes).
-        group: centrality group of the training batch (its exit is ``exit_layers[group]``).
-        nodes: ids of the training batch's nodes.
-        encode: ids of the nodes encoded without gradient after the training batch.
-    """
-
-    index: int
-    group: int
-    nodes: Tensor
-    encode: Tensor
 
 
 class UniTGModule(ParallelContextHolder, pl.LightningModule):
@@ -291,10 +254,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         self._train_nodes: Tensor | None = None
         self._encode_groups: Tensor | None = None
         self._exit_groups: Tensor | None = None
-        self._sampler: GroupBatchSampler | None = None
-        self._steps_per_epoch = 1
-        self._total_jobs = 0
-        self._total_steps = 0
+        self._lm_plan: LMJobPlan | None = None
         #: LM optimiser steps taken so far (checkpointed).
         self.lm_steps_done = 0
         # The remaining LM steps are to run in the next training epoch (early stopping).
@@ -373,18 +333,21 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 self._encode_groups = self._exit_groups
             else:
                 self._encode_groups = torch.full((n,), groups_g - 1, dtype=torch.long)
-            self._sampler = GroupBatchSampler(train_groups, self.lm_batch_size, seed=self.seed)
-            per_lm_epoch = len(self._sampler)
-            self._total_jobs = self.lm_epochs * per_lm_epoch
-            self._total_steps = self.lm_epochs * math.ceil(per_lm_epoch / self.lm_batches_per_step)
             epochs = self.total_epochs or trainer.max_epochs
             if epochs is None or epochs < 1:
                 raise ValueError(
                     f"{owner}: the LM's batches are spread over the GNN epochs, so it needs "
                     f"`total_epochs` or the Trainer's `max_epochs` (got max_epochs={epochs!r})."
                 )
-            span = max(1, math.ceil(self.lm_share * epochs))
-            self._steps_per_epoch = max(1, math.ceil(self._total_steps / span))
+            self._lm_plan = LMJobPlan(
+                GroupBatchSampler(train_groups, self.lm_batch_size, seed=self.seed),
+                self._train_nodes,
+                lm_epochs=self.lm_epochs,
+                batches_per_step=self.lm_batches_per_step,
+                num_nodes=n,
+                encode_batch_size=self.encode_batch_size if self.schedule == "collaborative" else 0,
+                span=max(1, math.ceil(self.lm_share * epochs)),
+            )
         pipe = self.parallel_context.flow_pipeline
         if pipe is not None:
             pipe.build(self.model, graph.edge_index, n)
@@ -561,7 +524,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     def num_lm_steps(self) -> int:
         """The LM's optimiser steps over the run: ``lm_epochs · ceil(B / lm_batches_per_step)``
         for ``B`` training batches per LM epoch (whatever the number of GNN epochs)."""
-        return self._total_steps
+        return 0 if self._lm_plan is None else self._lm_plan.total_steps
 
     def lm_lr_at(self, step: int) -> float:
         """The LM's learning rate at its optimiser step ``step`` (``lm_schedule``)."""
@@ -572,12 +535,12 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
     @property
     def lm_steps_per_epoch(self) -> int:
         """LM optimiser steps per GNN epoch: ``ceil(num_lm_steps / ceil(lm_share · J))``."""
-        return self._steps_per_epoch
+        return 1 if self._lm_plan is None else self._lm_plan.steps_per_epoch
 
     @property
     def lm_finished(self) -> bool:
         """Whether the LM took all its steps (the store was then refreshed by the final LM)."""
-        return self.lm is None or self.lm_steps_done >= self._total_steps
+        return self.lm is None or self.lm_steps_done >= self.num_lm_steps
 
     def finish_lm(self) -> None:
         """Run all the LM's remaining steps in the next training epoch, then refresh the
@@ -586,41 +549,11 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         if not self.lm_finished:
             self._finish_requested = True
 
-    def _epoch_lm_steps(self, epoch: int) -> range:
-        """The LM steps GNN epoch ``epoch`` runs (after any already taken)."""
-        if self._finish_requested:
-            return range(self.lm_steps_done, self._total_steps)
-        stop = min((epoch + 1) * self._steps_per_epoch, self._total_steps)
-        return range(min(max(self.lm_steps_done, epoch * self._steps_per_epoch), stop), stop)
-
     def lm_jobs(self, step: int) -> list[LMJob]:
-        """The LM jobs (training batches) of LM optimiser step ``step``: the ``s``-th group
-        of ``lm_batches_per_step`` consecutive batches of one LM epoch (empty past the
-        last step)."""
-        assert self._sampler is not None and self._train_nodes is not None
-        per_epoch = len(self._sampler)
-        per_lm_epoch_steps = math.ceil(per_epoch / self.lm_batches_per_step)
-        lm_epoch, s = divmod(step, per_lm_epoch_steps)
-        if step < 0 or lm_epoch >= self.lm_epochs:
-            return []
-        start = lm_epoch * per_epoch + s * self.lm_batches_per_step
-        stop = min(start + self.lm_batches_per_step, (lm_epoch + 1) * per_epoch)
-        jobs = []
-        cache: dict[int, list[tuple[int, Tensor]]] = {}
-        n = int(self._encode_groups.numel()) if self._encode_groups is not None else 0
-        enc = self.encode_batch_size if self.schedule == "collaborative" else 0
-        for j in range(start, stop):
-            epoch, k = divmod(j, per_epoch)
-            if epoch not in cache:
-                cache[epoch] = self._sampler.batches(epoch)
-            group, positions = cache[epoch][k]
-            encode = (
-                (torch.arange(j * enc, (j + 1) * enc) % n)
-                if enc and n
-                else torch.empty(0, dtype=torch.long)
-            )
-            jobs.append(LMJob(j, group, self._train_nodes[positions], encode))
-        return jobs
+        """The LM jobs (training batches) of LM optimiser step ``step``
+        (:meth:`~lightgraph.models.unitg_lm_jobs.LMJobPlan.jobs`)."""
+        assert self._lm_plan is not None
+        return self._lm_plan.jobs(step)
 
     def run_lm_job(self, job: LMJob, scale: float) -> float:
         """Forward + backward of one LM training batch (gradients accumulate, scaled by
@@ -879,7 +812,7 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         rank, world = self._rank_world()
         nodes = torch.arange(n)[rank::world]
         for chunk in nodes.split(max(1, self.lm_batch_size * 8)):
-            self._encode(chunk, 2 * self._total_jobs + 1)
+            self._encode(chunk, 2 * (0 if self._lm_plan is None else self._lm_plan.total_jobs) + 1)
         # Unconditional (not checked): the sequential baseline's one fill, and the store's
         # refresh by the finished LM, whose embeddings are the ones the GNN must end on.
         self._sync(check=False)
@@ -960,9 +893,12 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         steps: range = range(0)
         if self.lm is not None:
             if self.schedule == "sequential":
-                steps = range(self.lm_steps_done, self._total_steps)
+                steps = range(self.lm_steps_done, self.num_lm_steps)
             else:
-                steps = self._epoch_lm_steps(epoch)
+                assert self._lm_plan is not None
+                steps = self._lm_plan.epoch_steps(
+                    epoch, self.lm_steps_done, finish=self._finish_requested
+                )
         unfinished = not self.lm_finished
         # The epoch's first LM step runs in the pipeline bubbles (bubble_interleave); the
         # others need the previous update, hence the gradient sum over the stages, first.

@@ -130,21 +130,21 @@ def test_set_rng_state_rejects_malformed_carried_rows(state, error, match) -> No
 
 
 def test_restored_rows_move_to_the_exchange_device_at_their_first_use() -> None:
-    from lightgraph.distributed.halo_exchanger import _Messages
+    from lightgraph.distributed.halo_messages import HaloMessages
     from lightgraph.functional.halo_exchange import Ready
 
     exchanger = HaloExchanger(mode="async")
     exchanger.set_rng_state(_carried(rows=torch.arange(6.0).reshape(2, 3)))
     # This epoch's layout lives on the plan's device ("meta" stands in for a GPU here).
     device = torch.device("meta")
-    msgs = _Messages(torch.tensor([0, 1], device=device), [0, 2], None, [0, 2], None, None, 2)
+    msgs = HaloMessages(torch.tensor([0, 1], device=device), [0, 2], None, [0, 2], None, None, 2)
     started = []
 
     def start() -> Ready:
         started.append(1)
         return Ready(torch.zeros(2, 3, device=device))
 
-    stale, used = exchanger._transfer(("conv0", "forward"), start, msgs)
+    stale, used = exchanger.transfer(("conv0", "forward"), start, msgs)
     assert started == [1]  # this epoch's rows are sent for the next one ...
     assert stale.device == device and used.send_index.device == device  # ... the carried used
     assert exchanger._buffers[("conv0", "forward")][1] is msgs

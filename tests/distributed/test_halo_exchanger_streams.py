@@ -8,6 +8,7 @@ import torch
 import lightgraph.distributed.halo_exchanger as hx
 from lightgraph.distributed import HaloExchanger
 from lightgraph.functional.halo_exchange import PendingBytes
+from lightgraph.functional.quantize import pack_rows, unpack_rows
 from lightgraph.quant import FixedBits
 
 needs_cuda = pytest.mark.cuda
@@ -59,8 +60,8 @@ def test_side_stream_quantisation_is_ordered_with_the_compute_stream(monkeypatch
         big = big @ a / 2048
     rows = big[:512, :64].contiguous()
     for _ in range(2):
-        hx.pack_rows(rows, bits, gen)  # the first two draws
-    ref = hx.unpack_rows(hx.pack_rows(rows, bits, gen), bits, 64, rows.dtype)
+        pack_rows(rows, bits, gen)  # the first two draws
+    ref = unpack_rows(pack_rows(rows, bits, gen), bits, 64, rows.dtype)
     torch.testing.assert_close(got, ref, atol=0, rtol=0)
     assert ex.stats.total("train", kind="params") >= 3 * 4 * 512
 
@@ -77,7 +78,7 @@ def test_cpu_rows_never_touch_a_stream(monkeypatch) -> None:  # noqa: ANN001
     out = pending.wait()
     assert out.device.type == "cpu" and ex._streams is None
     assert pending.wait() is out  # decoded once
-    ref = hx.unpack_rows(
-        hx.pack_rows(rows, bits, torch.Generator().manual_seed(2 * 1_000_003)), bits, 8, rows.dtype
+    ref = unpack_rows(
+        pack_rows(rows, bits, torch.Generator().manual_seed(2 * 1_000_003)), bits, 8, rows.dtype
     )
     torch.testing.assert_close(out, ref, atol=0, rtol=0)

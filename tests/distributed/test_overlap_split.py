@@ -320,12 +320,13 @@ def test_close_completes_a_backward_that_never_reached_the_join(bits: int | None
 def _padded_messages(rank: int, world: int, transport: str) -> dict:
     """Quantised rows whose packed buffers are longer than the formula (e.g. wide-offset rows)."""
     import lightgraph.distributed.halo_exchanger as hx
+    import lightgraph.distributed.halo_messages as hm
 
     data, part = tricky_graph(world)
     plan = build_partition_plans(data, part, world)[rank]
     x = data.x[plan.global_ids[: plan.num_inner]]
     out = {}
-    real_pack, real_unpack = hx.pack_rows, hx.unpack_rows
+    real_pack, real_unpack = hx.pack_rows, hm.unpack_rows
     for padded in (False, True):
         if padded:
             # Every message carries 2 extra bytes per row (as wide-offset rows would); only
@@ -340,7 +341,7 @@ def _padded_messages(rank: int, world: int, transport: str) -> dict:
                     buf[: -2 * bits.numel()], bits, dim, dtype, compiled=compiled, out=out
                 )
 
-            hx.pack_rows, hx.unpack_rows = pack, unpack
+            hx.pack_rows, hm.unpack_rows = pack, unpack
         ex = HaloExchanger(transport=transport, policy=FixedBits(4), seed=5)
         y = ex(x, plan, "train", "l")
         out[padded] = {
@@ -350,7 +351,7 @@ def _padded_messages(rank: int, world: int, transport: str) -> dict:
             "rows": sum(ex.messages(plan, "l", "forward").send_counts),
         }
         ex.close()
-    hx.pack_rows, hx.unpack_rows = real_pack, real_unpack
+    hx.pack_rows, hm.unpack_rows = real_pack, real_unpack
     return out
 
 

@@ -235,7 +235,7 @@ def test_modality_sync_is_a_no_op_without_an_lm_through_the_cli(tmp_path, caplog
 
 
 def test_lm_learning_rate_schedule_values() -> None:
-    from lightgraph.models.unitg_module import lm_learning_rate
+    from lightgraph.models.unitg_lm_jobs import lm_learning_rate
 
     # 10 steps, 20 % warm-up: 2 steps up to the peak, then 8 down to peak / 8.
     got = [lm_learning_rate(s, 10, 0.8, "linear", 0.2) for s in range(10)]
