@@ -25,7 +25,9 @@ from lightgraph.distributed.bubble_interleaver import BubbleInterleaver
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.flow_pipeline import FlowPipeline
 from lightgraph.distributed.timeline import Timeline
+from lightgraph.models.unitg_evaluation import UniTGEvaluation
 from lightgraph.models.unitg_lm_jobs import LM_SCHEDULES, LMJob, LMJobPlan, lm_learning_rate
+from lightgraph.models.unitg_store import UniTGEmbeddingStore
 from lightgraph.nn.early_exit import (
     EarlyExitEncoder,
     degree_groups,
@@ -51,7 +53,7 @@ _CACHE_BUFFERS: tuple[str, ...] = ("lm_cache", "lm_cache_exit", "lm_stamp")
 ENCODE_AT: tuple[str, ...] = ("last", "exit")
 
 
-class UniTGModule(ParallelContextHolder, pl.LightningModule):
+class UniTGModule(ParallelContextHolder, UniTGEmbeddingStore, UniTGEvaluation, pl.LightningModule):
     """UniTG's dual-modality collaborative learning (thesis §5.3.3) as one LightningModule.
 
     Two models, two optimisers, manual optimisation. Each training step is one GNN epoch
@@ -407,31 +409,6 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
             "(`num_layers`)."
         )
 
-    def _allocate_store(self, num_nodes: int) -> None:
-        """(Re)create the per-node buffers of the embedding store and the LM cache."""
-        assert self.lm is not None
-        hidden = self.lm._hidden_size()
-        n = num_nodes
-        self.register_buffer("store", torch.zeros(n, hidden))
-        self.register_buffer("encoded", torch.zeros(n, dtype=torch.bool))
-        self.register_buffer("first_encoded", torch.zeros(n, dtype=torch.long))
-        self.register_buffer("store_exit", torch.zeros(n, dtype=torch.long))
-        self.register_buffer("lm_cache", torch.zeros(n, hidden))
-        self.register_buffer("lm_cache_exit", torch.zeros(n, dtype=torch.long))
-        self.register_buffer("lm_stamp", torch.full((n,), -1, dtype=torch.long))
-
-    def _load_from_state_dict(
-        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
-    ) -> None:
-        # The store's size is the graph's, known once data is set up: a state saved after
-        # set-up (a checkpoint, a worker's weights) sizes the buffers before they load.
-        key = prefix + "store"
-        if self.lm is not None and key in state_dict:
-            n = int(state_dict[key].size(0))
-            if self.store.size(0) != n:
-                self._allocate_store(n)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     # ------------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add every rank's LM cache and the run's time totals.
@@ -702,144 +679,6 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
         """Whether there is an LM whose embeddings :meth:`sync_embeddings` can copy."""
         return self.lm is not None
 
-    @torch.no_grad()
-    def sync_embeddings(self) -> float:
-        """Copy the LM's cached embeddings into the store (the Modality Collaborator's sync).
-
-        A collective under several processes: every rank's cache is merged (for each node
-        the embedding with the latest stamp wins). A node encoded for the first time enters
-        the GNN input with weight 0, ramped up over ``sync_ramp_epochs`` epochs. With
-        ``sync_check=True`` (collaborative schedule) the sync is kept only if the GNN's
-        validation accuracy does not drop; otherwise the store is restored and the cache
-        (which keeps the embeddings) is tried again at the next sync. Returns the encoded
-        fraction.
-        """
-        if self.lm is None:
-            raise RuntimeError("UniTGModule.sync_embeddings: there is no LM (lm=None).")
-        start = time.perf_counter()
-        try:
-            return self._sync(check=self.sync_check and self.schedule == "collaborative")
-        finally:
-            self.totals["sync_time"] += time.perf_counter() - start
-
-    @torch.no_grad()
-    def _sync(self, check: bool) -> float:
-        before = self._gnn_val_accuracy() if check else 0.0
-        saved = (
-            self.store.clone(),
-            self.store_exit.clone(),
-            self.encoded.clone(),
-            self.first_encoded.clone(),
-        )
-        self._copy_cache()
-        if check:
-            after = self._gnn_val_accuracy()
-            kept = after >= before
-            self.sync_checks.append((int(self.current_epoch), before, after, kept))
-            if not kept:
-                self.store.copy_(saved[0])
-                self.store_exit.copy_(saved[1])
-                self.encoded.copy_(saved[2])
-                self.first_encoded.copy_(saved[3])
-        self.encoded_fraction = float(self.encoded.float().mean())
-        return self.encoded_fraction
-
-    def _gnn_val_accuracy(self) -> float:
-        """The GNN's validation accuracy on the current store (eval mode, no randomness)."""
-        stats = self._gnn_eval_stats()
-        return float(stats[0] / stats[1].clamp_min(1.0))
-
-    @torch.no_grad()
-    def _gnn_eval_stats(self) -> Tensor:
-        """``[correct_val, n_val, correct_test, n_test, val_loss_sum]`` of the GNN on its
-        current input, in eval mode (float64 on the module's device, summed over the
-        pipeline's stages: only the last one has logits)."""
-        graph = self._graph
-        assert graph is not None
-        was_training = self.model.training
-        self.model.eval()
-        pipe = self.parallel_context.flow_pipeline
-        if pipe is None:
-            logits: Tensor | None = self.model(self.gnn_input(), graph.edge_index)
-        else:
-            logits = pipe.forward_eval(self.gnn_input() if pipe.is_first else None)
-        self.model.train(was_training)
-        if logits is None:
-            stats = torch.zeros(5, dtype=torch.float64, device=self.device)
-        else:
-            pred = logits.argmax(dim=-1)
-            val, test = graph.val_mask, graph.test_mask
-            parts = [
-                (pred[val] == graph.y[val]).sum(),
-                val.sum(),
-                (pred[test] == graph.y[test]).sum(),
-                test.sum(),
-                F.cross_entropy(logits[val], graph.y[val], reduction="sum"),
-            ]
-            stats = torch.stack([t.to(torch.float64) for t in parts])
-        _, world = self._rank_world()
-        if world > 1 and pipe is not None:
-            dist.all_reduce(stats)  # on the compute device
-        return stats
-
-    @torch.no_grad()
-    def _copy_cache(self) -> None:
-        _, world = self._rank_world()
-        stamp = self.lm_stamp
-        cache = self.lm_cache
-        exits = self.lm_cache_exit
-        if world > 1:
-            latest = stamp.clone()
-            dist.all_reduce(latest, op=dist.ReduceOp.MAX)
-            own = (stamp == latest) & (latest >= 0)
-            cache = cache * own.unsqueeze(1).to(cache.dtype)
-            dist.all_reduce(cache)
-            exits = exits * own.long()
-            dist.all_reduce(exits)
-            stamp = latest
-        seen = stamp >= 0
-        # First encoded now: blended in from the next epoch on (see `_blend`).
-        self.first_encoded[seen & ~self.encoded] = self.current_epoch + 1
-        self.store[seen] = cache[seen]
-        self.store_exit[seen] = exits[seen]
-        self.encoded |= seen
-
-    @torch.no_grad()
-    def encode_all(self) -> None:
-        """Encode every node with the current LM (at its group's exit) into the store."""
-        assert self._graph is not None
-        n = int(self._graph.num_nodes)
-        rank, world = self._rank_world()
-        nodes = torch.arange(n)[rank::world]
-        for chunk in nodes.split(max(1, self.lm_batch_size * 8)):
-            self._encode(chunk, 2 * (0 if self._lm_plan is None else self._lm_plan.total_jobs) + 1)
-        # Unconditional (not checked): the sequential baseline's one fill, and the store's
-        # refresh by the finished LM, whose embeddings are the ones the GNN must end on.
-        self._sync(check=False)
-
-    def gnn_input(self) -> Tensor:
-        """``[N, in_channels]``: LM embeddings (projected) where encoded, features elsewhere."""
-        assert self._graph is not None
-        x = self._graph.x
-        if self.lm_proj is None:
-            return x
-        # Each encoded row goes through its own exit's map only (one pass over the rows).
-        out = x.clone()
-        for group, proj in enumerate(self.lm_proj):
-            rows = (self.encoded & (self.store_exit == group)).nonzero().view(-1)
-            if rows.numel():
-                alpha = self._blend(rows).unsqueeze(1)
-                out = out.index_put((rows,), (1 - alpha) * x[rows] + alpha * proj(self.store[rows]))
-        return out
-
-    def _blend(self, rows: Tensor) -> Tensor:
-        """Weight of the LM embedding in the GNN input of ``rows``: 0 at the sync that first
-        encodes a node, then ``+1/sync_ramp_epochs`` per GNN epoch, up to 1."""
-        if self.sync_ramp_epochs == 0 or self.schedule == "sequential":
-            return torch.ones(rows.numel(), device=rows.device)
-        since = self.current_epoch - self.first_encoded[rows] + 1
-        return (since.float() / self.sync_ramp_epochs).clamp(0.0, 1.0)
-
     # ------------------------------------------------------------------------ steps
     def on_train_epoch_start(self) -> None:
         self._lm_loss_sum = 0.0
@@ -1012,75 +851,6 @@ class UniTGModule(ParallelContextHolder, pl.LightningModule):
                 reduce_fx="max",
                 sync_dist=world > 1,
             )
-
-    @torch.no_grad()
-    def _evaluate(self, stage: str) -> None:
-        self._follow_device()
-        correct_val, n_val, correct_test, n_test, loss_val = self._gnn_eval_stats().tolist()
-        _, world = self._rank_world()
-        sync = {"batch_size": 1, "reduce_fx": "max", "sync_dist": world > 1}
-        if self.lm is not None:
-            lm_val, lm_test = self.lm_accuracy()
-            if stage == "val":
-                self.log("lm_val_acc", lm_val, **sync)  # type: ignore[arg-type]
-            self.log("lm_test_acc", lm_test, **sync)  # type: ignore[arg-type]
-        if stage == "val":
-            self.log("val_loss", loss_val / max(n_val, 1.0), **sync)  # type: ignore[arg-type]
-            self.log("val_acc", correct_val / max(n_val, 1.0), prog_bar=True, **sync)  # type: ignore[arg-type]
-        self.log("test_acc", correct_test / max(n_test, 1.0), prog_bar=True, **sync)  # type: ignore[arg-type]
-
-    @torch.no_grad()
-    def lm_accuracy(self) -> tuple[float, float]:
-        """The LM's own ``(validation, test)`` accuracy: each node classified by the exit
-        head of its group at that group's exit layer (the grouping fine-tuning uses).
-
-        Recomputed only after an LM update; under flow parallelism every stage classifies
-        a share of the nodes and the counts are summed.
-        """
-        lm = self.lm
-        graph = self._graph
-        assert lm is not None and graph is not None and self._exit_groups is not None
-        assert self._input_ids is not None and self._attention_mask is not None
-        if self._lm_acc_cache is not None and self._lm_acc_cache[0] == self._lm_version:
-            val_acc, test_acc = self._lm_acc_cache[1]
-            return val_acc, test_acc
-        rank, world = self._rank_world()
-        split = world if self.parallel_context.flow_pipeline is not None else 1
-        stats = torch.zeros(4, dtype=torch.float64, device=self.device)  # all-reduced below
-        was_training = lm.training
-        lm.eval()
-        for i, mask in enumerate((graph.val_mask, graph.test_mask)):
-            nodes = mask.nonzero().view(-1)
-            stats[2 * i + 1] = float(nodes.numel())
-            mine = nodes[rank::split] if split > 1 else nodes
-            groups = self._exit_groups.to(mine.device)[mine]
-            for group in range(lm.num_groups):
-                rows = mine[groups == group]
-                if rows.numel() == 0:
-                    continue
-                for chunk in rows.split(max(1, self.encode_batch_size * 4)):
-                    emb = lm.embed(
-                        self._input_ids[chunk], self._attention_mask[chunk], lm.exit_layers[group]
-                    )
-                    pred = lm.heads[group](emb).argmax(dim=-1)
-                    stats[2 * i] += float((pred == graph.y[chunk]).sum())
-        lm.train(was_training)
-        if split > 1:
-            correct = stats[0::2].clone()
-            dist.all_reduce(correct)
-            stats[0::2] = correct
-        values = [
-            float(stats[0] / stats[1].clamp_min(1.0)),
-            float(stats[2] / stats[3].clamp_min(1.0)),
-        ]
-        self._lm_acc_cache = (self._lm_version, values)
-        return values[0], values[1]
-
-    def validation_step(self, batch: Data, batch_idx: int) -> None:
-        self._evaluate("val")
-
-    def test_step(self, batch: Data, batch_idx: int) -> None:
-        self._evaluate("test")
 
 
 def _merge_caches(caches: list[dict[str, Tensor]]) -> dict[str, Tensor]:
