@@ -204,7 +204,7 @@ def train_mlp(args: argparse.Namespace, workdir: str) -> dict:
 def store_stats(method: str, seed: int, args: argparse.Namespace, workdir: str, data: Any) -> dict:
     """Build (or reuse) the store of ``method`` and measure its macro-batches."""
     from lightgraph.data import SyntheticGraph
-    from lightgraph.data.lightning.store_data_module import PartitionStoreDataModule
+    from lightgraph.data.lightning.partition_store_data_module import PartitionStoreDataModule
     from lightgraph.data.loader.macro_batch import macro_batch_schedule
 
     _, partitioner, hubs = METHODS[method]

@@ -174,7 +174,7 @@ def worker_compare(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from lightgraph.data import NpyGraph, partition_graph
-    from lightgraph.data.lightning.store_data_module import PartitionStoreDataModule
+    from lightgraph.data.lightning.partition_store_data_module import PartitionStoreDataModule
     from lightgraph.data.partition import partition_on_disk
 
     class LoadOnly(NpyGraph):

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from lightgraph.data.lightning.store_data_module import PartitionStoreDataModule
+from lightgraph.data.lightning.partition_store_data_module import PartitionStoreDataModule
 
 
 def check_graph_copied_once_under_concurrent_first_use(dm, monkeypatch, threads: int = 6):

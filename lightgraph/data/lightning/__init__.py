@@ -4,15 +4,15 @@ caching and ``loader(split)`` in one place), and what each declares to the model
 
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
 from lightgraph.data.lightning.graph_set import GraphSetDataModule
+from lightgraph.data.lightning.macro_batch_data_module import MacroBatchDataModule
 from lightgraph.data.lightning.multistage_data_module import MultistageDataModule
+from lightgraph.data.lightning.neighbor_sampling_data_module import NeighborSamplingDataModule
 from lightgraph.data.lightning.node_sequence import NodeSequenceDataModule
-from lightgraph.data.lightning.partitioned_data_module import PartitionedGraphDataModule
-from lightgraph.data.lightning.store_data_module import (
-    MacroBatchDataModule,
-    NeighborSamplingDataModule,
+from lightgraph.data.lightning.partition_store_data_module import (
     PartitionStoreDataModule,
     build_store,
 )
+from lightgraph.data.lightning.partitioned_data_module import PartitionedGraphDataModule
 from lightgraph.data.lightning.text_graph import TextGraphDataModule
 
 __all__ = [

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from lightgraph.data.contract import DataContract, HistoryTable
 from lightgraph.data.datasets.graph_dataset import GraphDataset
-from lightgraph.data.lightning.store_data_module import EvalMode, PartitionStoreDataModule
+from lightgraph.data.lightning.partition_store_data_module import EvalMode, PartitionStoreDataModule
 from lightgraph.data.loader.batching import even_batches, split_sizes
 from lightgraph.data.loader.data_parallel import (
     DataParallelShard,

@@ -177,7 +177,7 @@ def test_training_memory_covers_what_a_loaded_macro_batch_holds(tmp_path):
 
 
 def test_a_memory_limit_too_small_for_training_is_named(tmp_path, monkeypatch):
-    import lightgraph.data.lightning.store_data_module as sdm
+    import lightgraph.data.lightning.macro_batch_data_module as sdm
 
     dm = MacroBatchDataModule(DATASET, num_parts=8, parts_per_batch=2, cache_dir=str(tmp_path))
     dm.prepare_data()

@@ -447,7 +447,7 @@ def test_baselines_train_from_a_graph_on_disk_without_loading_it(tmp_path, make)
 def test_hub_selection_reads_the_on_disk_csc(tmp_path, monkeypatch):
     """The build hands the hub selection the CSC it built on disk (to_csc's, of the
     original ids), the training mask to exclude and its memory budget."""
-    import lightgraph.data.lightning.store_data_module as module
+    import lightgraph.data.lightning.partition_store_data_module as module
     from lightgraph.data.partition.hubs import select_hubs
 
     on_disk, in_memory = _write_graph(tmp_path / "graph")

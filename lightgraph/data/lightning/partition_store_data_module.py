@@ -1,22 +1,23 @@
-"""Data modules over an on-disk partition store: HANOI's macro-batches and the NS baselines.
+"""The base of the data modules that train from an on-disk partition store.
 
 :class:`PartitionStoreDataModule` builds the store once (``prepare_data``: partition the
 graph, pick hub nodes, write the store through the :class:`~lightgraph.data.
 CachedDataModule` cache, so it is fingerprinted, atomic and checked) and opens it on every
 rank (``setup``). Its subclasses only differ in how they sample:
 
-* :class:`MacroBatchDataModule` -- HANOI (and, with random partitions and no hubs, a
-  MariusGNN-like partition buffer): two-stage sampling from the store, see
-  :mod:`lightgraph.data.loader.macro_batch`;
-* :class:`NeighborSamplingDataModule` -- one-stage neighbour sampling over the whole graph,
-  held in memory (``storage="memory"``: NS-Mem) or memory-mapped from the store
-  (``storage="mmap"``: NS-Ext, the operating system's page cache is the only cache).
+* :class:`~lightgraph.data.MacroBatchDataModule` -- HANOI (and, with random partitions and
+  no hubs, a MariusGNN-like partition buffer), in
+  :mod:`lightgraph.data.lightning.macro_batch_data_module`;
+* :class:`~lightgraph.data.NeighborSamplingDataModule` -- one-stage neighbour sampling
+  over the whole graph (NS-Mem, NS-Ext), in
+  :mod:`lightgraph.data.lightning.neighbor_sampling_data_module`;
+* :class:`~lightgraph.data.MultistageDataModule` -- JOESTAR's two-stage sampling from the
+  graph in memory.
 
 Under a data-parallel strategy (``ddp``, ``ddp_spawn``, ``ddp_fork``, ... with
 ``devices=N``) the training loader of each rank trains its own share of every epoch (the
-rank and world size come from the Trainer's strategy, :attr:`PartitionStoreDataModule.
-shard`): one-stage sampling splits the epoch's targets, HANOI the epoch's partitions;
-every rank takes the same number of steps.
+rank and world size come from the Trainer's strategy, read once by
+:attr:`~lightgraph.data.CachedDataModule.data_shard`).
 
 The store is built from the dataset's arrays on disk when it has them
 (:meth:`~lightgraph.data.GraphDataset.on_disk`, e.g. :class:`~lightgraph.data.NpyGraph`):
@@ -39,7 +40,6 @@ import os
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
@@ -58,13 +58,6 @@ from lightgraph.data.datasets.graph_dataset import (
 )
 from lightgraph.data.datasets.on_disk import OnDiskGraph
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
-from lightgraph.data.loader.macro_batch import (
-    RANK_SHARES,
-    MacroBatchLoader,
-    RankShare,
-    check_parts_per_batch,
-    check_reuse,
-)
 from lightgraph.data.loader.minibatch import NeighborSamplingLoader
 from lightgraph.data.partition.hubs import select_hubs, select_hubs_on_disk
 from lightgraph.data.partition.out_of_core import on_disk_csc, validate_on_disk_graph
@@ -77,7 +70,6 @@ from lightgraph.data.partition.partitioner import (
 from lightgraph.data.store.cache import CacheReader, CacheWriter, fingerprint_digest
 from lightgraph.data.store.partition_store import PartitionStore, write_partition_store
 from lightgraph.utilities.checks import (
-    check_bool,
     check_choice,
     check_fanouts,
     check_fraction,
@@ -85,16 +77,12 @@ from lightgraph.utilities.checks import (
     check_type,
 )
 from lightgraph.utilities.memory import (
-    cgroup_memory_limit,
     check_memory_budget,
-    resident_memory,
     tensor_bytes,
 )
 
 EvalMode = Literal["layerwise", "sampled"]
 EVAL_MODES: tuple[str, ...] = get_args(EvalMode)
-StorageMode = Literal["memory", "mmap"]
-STORAGE_MODES: tuple[str, ...] = get_args(StorageMode)
 _STORE_FORMAT = 1
 
 
@@ -420,383 +408,6 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         """Start counting distinct pages afresh (pages are counted once per epoch)."""
         if self.store is not None:
             self.store.io_stats.start_epoch()
-
-
-class MacroBatchDataModule(PartitionStoreDataModule):
-    """HANOI's out-of-core training: macro-batches of partitions + hubs read from disk.
-
-    Each epoch shuffles the partitions of the store and trains on macro-batches of
-    ``parts_per_batch`` of them plus the hub nodes, read in the background while the
-    previous one trains, each reused up to ``reuse`` times; mini-batches of
-    ``batch_size`` training nodes are neighbour-sampled with ``fanouts`` *inside* the
-    macro-batch (never the full graph). With ``partitioner="random"`` and
-    ``hub_fraction=0`` this is a MariusGNN-like partition buffer.
-
-    Args:
-        dataset, num_parts, partitioner, hub_fraction, hub_walk_length, eval_mode,
-        eval_fanouts, eval_batch_size, cache_dir, seed, memory_budget: see
-            :class:`PartitionStoreDataModule`.
-        parts_per_batch: partitions per macro-batch (``b``; the memory budget is about
-            ``b / num_parts`` of the graph plus the hubs, twice with double buffering;
-            with ``N`` data-parallel ranks, of the ranks together).
-        fanouts: stage-2 neighbours per hop (thesis default 15, 10, 5).
-        batch_size: training nodes per mini-batch (thesis default 1000).
-        reuse: passes over each macro-batch, in [1, 4] (the most passes with
-            ``adaptive_reuse``).
-        adaptive_reuse: reuse a macro-batch only while the next one is still being read
-            (one process only: with several data-parallel ranks the ranks would take
-            different numbers of steps; use a fixed ``reuse`` there).
-        prefetch: read the next macro-batch in a background thread.
-        rank_share: what ``N`` data-parallel ranks divide in every macro-batch,
-            ``"partitions"`` (default) or ``"targets"`` (below).
-
-    With ``N`` data-parallel ranks the epoch's macro-batches are one process's, and every
-    rank takes the steps one process with the global batch ``N * batch_size`` takes:
-
-    * ``rank_share="partitions"``: each macro-batch (of ``max(parts_per_batch, N)``
-      partitions) is split among the ranks by training targets; every rank reads, reuses
-      and trains only its share (about ``parts_per_batch / N`` partitions, so the ranks of
-      one machine hold together what one process holds). No target is left out
-      (:func:`~lightgraph.data.loader.macro_batch.shard_macro_batches`). A rank samples inside its
-      share only: the edges between two ranks' shares are lost to training (the cost in
-      test accuracy is measured in docs/benchmarks.md, "Data-parallel sampled training").
-    * ``rank_share="targets"``: every rank reads the whole macro-batch and trains its
-      slice of each of one process's global mini-batches, so the ranks sample as one
-      process does, at ``N`` times one process's reads and macro-batch memory per machine.
-      At most ``N - 1`` targets per global step wait for the next epoch.
-    """
-
-    def __init__(
-        self,
-        dataset: GraphDataset,
-        num_parts: int = 64,
-        parts_per_batch: int = 8,
-        fanouts: Sequence[int] = (15, 10, 5),
-        batch_size: int = 1000,
-        reuse: int = 1,
-        adaptive_reuse: bool = False,
-        prefetch: bool = True,
-        partitioner: PartitionMethod = "gap",
-        hub_fraction: float = 0.01,
-        hub_walk_length: int = 3,
-        eval_mode: EvalMode = "layerwise",
-        eval_fanouts: Sequence[int] = (20, 20, 20),
-        eval_batch_size: int = 4096,
-        cache_dir: str = "lightgraph_cache",
-        seed: int = 0,
-        memory_budget: int | None = None,
-        rank_share: RankShare = "partitions",
-    ) -> None:
-        super().__init__(
-            dataset,
-            num_parts=num_parts,
-            partitioner=partitioner,
-            hub_fraction=hub_fraction,
-            hub_walk_length=hub_walk_length,
-            eval_mode=eval_mode,
-            eval_fanouts=eval_fanouts,
-            eval_batch_size=eval_batch_size,
-            cache_dir=cache_dir,
-            seed=seed,
-            memory_budget=memory_budget,
-        )
-        owner = "MacroBatchDataModule"
-        self.parts_per_batch = check_parts_per_batch(owner, parts_per_batch, self.num_parts)
-        self.fanouts = check_fanouts(owner, list(fanouts))
-        self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
-        self.reuse = check_reuse(owner, reuse)
-        self.adaptive_reuse = check_bool(owner, "adaptive_reuse", adaptive_reuse)
-        self.prefetch = check_bool(owner, "prefetch", prefetch)
-        self.rank_share = check_choice(owner, "rank_share", rank_share, RANK_SHARES)
-        self._train_loader: MacroBatchLoader | None = None
-
-    def training_memory(self) -> dict[str, int]:
-        """Bytes training holds in memory at most, an estimate from the store's counts:
-
-        * ``store``: what the open store keeps, mostly the hubs' features
-          (:meth:`~lightgraph.data.PartitionStore.resident_bytes`);
-        * ``macro_batch``: one macro-batch of the ``parts_per_batch`` largest partitions
-          while it is read and trained (:meth:`~lightgraph.data.PartitionStore.
-          macro_batch_memory`; every hub outside them is copied in);
-        * ``macro_batches``: that, twice with ``prefetch`` (one trains while the next is
-          read);
-        * ``mini_batch``: float32 features of a mini-batch's sampled nodes, at most the
-          macro-batch's nodes or ``batch_size * prod(1 + fanout)``;
-        * ``total``: ``store + macro_batches + mini_batch``. The interpreter and the
-          libraries come on top (about 0.35 GiB for torch, Lightning and PyG), as do the
-          model, its activations and the optimiser.
-
-        ``setup("fit")`` warns when ``total`` exceeds what a memory limit of the process
-        (cgroup) leaves. Fewer hubs (``hub_fraction``), fewer partitions per macro-batch
-        or more partitions shrink it.
-        """
-        store = self._store()
-        sizes = store.part_sizes
-        largest = torch.argsort(sizes, descending=True)[: self.parts_per_batch]
-        parts = sorted(int(p) for p in largest)
-        macro = int(store.macro_batch_memory(parts))
-        nodes = int(sizes[largest].sum()) + int(store.num_hubs)
-        sampled = self.batch_size
-        for fanout in self.fanouts:
-            sampled = nodes if fanout < 0 else sampled * (1 + fanout)
-        mini = min(nodes, sampled) * 4 * int(store.num_features)
-        buffers = macro * (2 if self.prefetch else 1)
-        resident = int(store.resident_bytes())
-        return {
-            "store": resident,
-            "macro_batch": macro,
-            "macro_batches": buffers,
-            "mini_batch": mini,
-            "total": resident + buffers + mini,
-        }
-
-    def setup(self, stage: str | None = None) -> None:
-        super().setup(stage)
-        if stage in (None, "fit"):
-            self._check_training_memory()
-
-    def _check_training_memory(self) -> None:
-        limit = cgroup_memory_limit()
-        if limit is None:
-            return
-        need = self.training_memory()
-        left = limit - resident_memory()
-        if need["total"] > left:
-            gib = 1 << 30
-            warnings.warn(
-                f"MacroBatchDataModule: training needs about {need['total'] / gib:.2f} GiB "
-                f"(hubs and store {need['store'] / gib:.2f}, "
-                f"{'two macro-batches' if self.prefetch else 'one macro-batch'} "
-                f"{need['macro_batches'] / gib:.2f}, a mini-batch's features "
-                f"{need['mini_batch'] / gib:.2f}) but the memory limit of "
-                f"{limit / gib:.2f} GiB leaves {max(left, 0) / gib:.2f} GiB beside this "
-                f"process; lower `hub_fraction` (now {self.hub_fraction}) or "
-                f"`parts_per_batch` (now {self.parts_per_batch}), or raise `num_parts` "
-                f"(now {self.num_parts}).",
-                stacklevel=2,
-            )
-
-    def train_loader(self) -> MacroBatchLoader:
-        """The (single, stateful) training loader of this rank's :attr:`data_shard`."""
-        rank, world_size = self.data_shard
-        loader = self._train_loader
-        if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
-            self._train_loader = MacroBatchLoader(
-                self._store(),
-                self.parts_per_batch,
-                self.fanouts,
-                self.batch_size,
-                reuse=self.reuse,
-                adaptive_reuse=self.adaptive_reuse,
-                prefetch=self.prefetch,
-                seed=self.seed,
-                rank=rank,
-                world_size=world_size,
-                rank_share=self.rank_share,
-            )
-        return self._train_loader
-
-    def loader(self, split: str) -> Iterable[Any]:
-        if split == "train":
-            return self.train_loader()
-        return self._eval_loader("test" if split == "predict" else split)
-
-    def train_dataloader(self) -> MacroBatchLoader:
-        """The training loader, for Lightning: its position advances when
-        :meth:`transfer_batch_to_device` hands a batch to the model, not when Lightning
-        fetches it (one batch ahead of training: the loader has no length, since its steps
-        per epoch follow the epoch's partition draw). Without a Trainer (iterating it by
-        hand) a batch counts as trained when it is yielded."""
-        loader = super().train_dataloader()
-        loader.handover = "reported" if self.trainer is not None else "on-yield"
-        return loader
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        # A training batch reaches the model: the loader's position moves past it.
-        trainer, loader = self.trainer, self._train_loader
-        if trainer is not None and trainer.training and loader is not None:
-            loader.hand_over()  # a no-op unless handover="reported" (nothing is pending)
-        return batch
-
-    def io_stats(self) -> dict[str, float]:
-        stats = super().io_stats()
-        if self._train_loader is not None:
-            stats.update(self._train_loader.stats_dict())
-        return stats
-
-    def teardown(self, stage: str) -> None:
-        if self._train_loader is not None:
-            self._train_loader.close()  # the macro-batch prefetch thread
-        super().teardown(stage)
-
-
-class NeighborSamplingDataModule(PartitionStoreDataModule):
-    """One-stage neighbour sampling over the whole graph: NS-Mem and NS-Ext.
-
-    The graph is written once to the same on-disk store as the other modules (one
-    partition, original node order, no hubs). ``storage="memory"`` then reads it whole
-    into memory (in-memory training, the accuracy and speed reference);
-    ``storage="mmap"`` samples straight from the memory-mapped files, so every feature
-    row and neighbour list is a page access served by the page cache or the disk.
-
-    A dataset on disk (:meth:`~lightgraph.data.GraphDataset.on_disk`) is written to the
-    store in chunks of ``memory_budget`` without being loaded; NS-Ext then samples from
-    the store's on-disk CSC and features, and NS-Mem's in-memory copy is a copy of the
-    store's files (the graph's size, which in-memory training needs anyway), never of
-    ``dataset.load()``.
-
-    Args:
-        dataset, eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed, memory_budget:
-            see :class:`PartitionStoreDataModule`.
-        fanouts: neighbours per hop (thesis default 15, 10, 5).
-        batch_size: training nodes per mini-batch (per rank under data parallelism).
-        storage: ``"memory"`` or ``"mmap"``.
-
-    With ``N`` data-parallel ranks every epoch's shuffled training nodes are dealt out
-    like one process's global batches of ``N * batch_size``: rank ``r`` trains the
-    ``r``-th ``batch_size`` slice of each (:func:`~lightgraph.data.loader.data_parallel.
-    shard_targets`; at most ``N - 1`` nodes left out per epoch).
-    """
-
-    def __init__(
-        self,
-        dataset: GraphDataset,
-        fanouts: Sequence[int] = (15, 10, 5),
-        batch_size: int = 1000,
-        storage: StorageMode = "memory",
-        eval_mode: EvalMode = "layerwise",
-        eval_fanouts: Sequence[int] = (20, 20, 20),
-        eval_batch_size: int = 4096,
-        cache_dir: str = "lightgraph_cache",
-        seed: int = 0,
-        memory_budget: int | None = None,
-    ) -> None:
-        super().__init__(
-            dataset,
-            num_parts=1,
-            partitioner="random",
-            hub_fraction=0.0,
-            eval_mode=eval_mode,
-            eval_fanouts=eval_fanouts,
-            eval_batch_size=eval_batch_size,
-            cache_dir=cache_dir,
-            seed=seed,
-            memory_budget=memory_budget,
-        )
-        owner = "NeighborSamplingDataModule"
-        self.fanouts = check_fanouts(owner, list(fanouts))
-        self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
-        self.storage = check_choice(owner, "storage", storage, STORAGE_MODES)
-        self._train_loader: NeighborSamplingLoader | None = None
-        self.pages = _PageCounter()
-
-    def graph_arrays(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The store's files: copied into memory once for ``storage="memory"`` (NS-Mem,
-        :meth:`in_memory_graph`), memory-mapped for ``storage="mmap"`` (NS-Ext)."""
-        if self.storage == "memory":
-            return self.in_memory_graph()
-        return super().graph_arrays()
-
-    def train_loader(self) -> NeighborSamplingLoader:
-        """The (single, stateful) training loader of this rank's :attr:`data_shard`."""
-        rank, world_size = self.data_shard
-        loader = self._train_loader
-        if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
-            indptr, indices, x, y = self.graph_arrays()
-            self.pages.configure(x, indptr, indices, enabled=self.storage == "mmap")
-            self._train_loader = NeighborSamplingLoader(
-                indptr,
-                indices,
-                x,
-                y,
-                self.split_nodes("train"),
-                self.fanouts,
-                self.batch_size,
-                shuffle=True,
-                seed=self.seed,
-                node_ids=self._store().node_ids,
-                on_batch=self.pages.count,
-                memory_mapped=self.memory_mapped(x),
-                rank=rank,
-                world_size=world_size,
-            )
-        return self._train_loader
-
-    def loader(self, split: str) -> Iterable[Any]:
-        if split == "train":
-            return self.train_loader()
-        return self._eval_loader("test" if split == "predict" else split)
-
-    def io_stats(self) -> dict[str, float]:
-        stats = super().io_stats()
-        stats.update(self.pages.as_dict())
-        if self._train_loader is not None:
-            stats.update(self._train_loader.stats_dict())
-        return stats
-
-    def start_io_epoch(self) -> None:
-        super().start_io_epoch()
-        self.pages.reset_epoch()
-
-
-class _PageCounter:
-    """Distinct 4 KiB pages of the memory-mapped features and CSC a training epoch touches.
-
-    Only counts what sampling asks for (the feature rows of every sampled node and the
-    neighbour lists of every expanded node); what the kernel reads ahead is visible in
-    ``/proc/self/io`` instead (:class:`~lightgraph.callbacks.IOMonitor` reports both).
-    """
-
-    PAGE = 4096
-
-    def __init__(self) -> None:
-        self.enabled = False
-        self.bytes_requested = 0.0
-        self._seen: dict[str, np.ndarray] = {}
-
-    def configure(self, x: Tensor, indptr: Tensor, indices: Tensor, enabled: bool) -> None:
-        self.enabled = enabled
-        self._row_bytes = x.size(1) * x.element_size()
-        self._index_bytes = indices.element_size()
-        self._indptr = indptr
-        for name, nbytes in (
-            ("features", x.numel() * x.element_size()),
-            ("indices", indices.numel() * indices.element_size()),
-        ):
-            self._seen[name] = np.zeros(nbytes // self.PAGE + 1, dtype=bool)
-
-    def reset_epoch(self) -> None:
-        for seen in self._seen.values():
-            seen[:] = False
-
-    def _touch(self, name: str, start: np.ndarray, stop: np.ndarray) -> None:
-        seen = self._seen[name]
-        keep = stop > start
-        first = start[keep] // self.PAGE
-        last = (stop[keep] - 1) // self.PAGE
-        span = int((last - first).max()) + 1 if first.size else 0
-        for k in range(span):
-            page = first + k
-            seen[page[page <= last]] = True
-        self.bytes_requested += float((stop[keep] - start[keep]).sum())
-
-    def count(self, batch: Any) -> None:
-        if not self.enabled:
-            return
-        # One partition in original order: store ids are the original ids.
-        node = batch.n_id.numpy()
-        self._touch("features", node * self._row_bytes, (node + 1) * self._row_bytes)
-        ptr = self._indptr.numpy()
-        expanded = node[: len(node) - int(batch.num_sampled_nodes[-1])]
-        self._touch(
-            "indices", ptr[expanded] * self._index_bytes, ptr[expanded + 1] * self._index_bytes
-        )
-
-    def as_dict(self) -> dict[str, float]:
-        if not self.enabled:
-            return {}
-        pages = float(sum(int(seen.sum()) for seen in self._seen.values()))
-        return {"pages_touched": pages, "bytes_requested": self.bytes_requested}
 
 
 def build_store(
