@@ -64,7 +64,7 @@ SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "hanoi": ("hanoi.yaml", HANOI_FIXED_REUSE),
     # Every rank reads the whole macro-batch and trains a slice of each global batch.
     "hanoi_targets": ("hanoi.yaml", [*HANOI_FIXED_REUSE, "--data.init_args.rank_share=targets"]),
-    "joestar_i": ("joestar.yaml", ["--data.init_args.num_sampler_threads=1"]),
+    "joestar_i": ("joestar.yaml", ["--data.init_args.first_stage.init_args.num_sampler_threads=1"]),
     "joestar_ii": ("joestar_pbs.yaml", []),
     # The history replicas meet once per epoch (an exact refresh) instead of every step.
     "joestar_ii_epoch": ("joestar_pbs.yaml", ["--model.init_args.history_sync=epoch"]),

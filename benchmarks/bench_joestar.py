@@ -88,11 +88,11 @@ def recipe_args(name: str, args: argparse.Namespace, cache: str) -> list[str]:
         out += ["--config", os.path.join(ROOT, "callbacks", "graph_compile.yaml")]
     out += overrides(args, cache) + extra + [f"--seed_everything={getattr(args, 'seed', 0)}"]
     if recipe == "joestar.yaml":
-        out.append(f"--data.init_args.ratio={args.lbs_ratio}")
+        out.append(f"--data.init_args.first_stage.init_args.ratio={args.lbs_ratio}")
     if recipe == "joestar_pbs.yaml":
         out += [
-            f"--data.init_args.num_parts={args.num_parts}",
-            f"--data.init_args.parts_per_batch={args.parts_per_batch}",
+            f"--data.init_args.first_stage.init_args.num_parts={args.num_parts}",
+            f"--data.init_args.first_stage.init_args.parts_per_batch={args.parts_per_batch}",
         ]
     return out
 
@@ -435,7 +435,10 @@ def bytes_pass(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         "PBS+AoT": ("joestar_ii", []),
     }
     for ratio in args.lbs_sweep:  # the normalised working set against |B_L| (Fig. 5.2)
-        variants[f"LBS ratio {ratio:g}"] = ("joestar_i", [f"--data.init_args.ratio={ratio}"])
+        variants[f"LBS ratio {ratio:g}"] = (
+            "joestar_i",
+            [f"--data.init_args.first_stage.init_args.ratio={ratio}"],
+        )
     for label, (run, extra) in variants.items():
         cli = build_cli(recipe_args(run, args, args.cache) + extra, run=False)
         dm = cli.datamodule

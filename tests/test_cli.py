@@ -376,7 +376,10 @@ def test_hanoi_recipe_trains_with_gat(tmp_path) -> None:
 )
 def test_joestar_recipes_train_by_model_flag(tmp_path, recipe: str, model: str) -> None:
     extra = (
-        ["--data.init_args.num_parts=4", "--data.init_args.parts_per_batch=2"]
+        [
+            "--data.init_args.first_stage.init_args.num_parts=4",
+            "--data.init_args.first_stage.init_args.parts_per_batch=2",
+        ]
         if recipe == "joestar_pbs.yaml"
         else []
     )

@@ -75,19 +75,3 @@ class FullGraphBatch:
             f"FullGraphBatch(num_nodes={self.num_nodes}, num_edges={int(self.indices.numel())}, "
             f"num_features={self.x.size(1)})"
         )
-
-
-class SingleBatchLoader:
-    """An iterable yielding one batch per epoch (a Lightning dataloader for one object).
-
-    A plain ``[batch]`` will not do: Lightning reads a list as several dataloaders.
-    """
-
-    def __init__(self, batch: object) -> None:
-        self.batch = batch
-
-    def __len__(self) -> int:
-        return 1
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        yield self.batch

@@ -1,11 +1,11 @@
-"""FullGraphBatch and SingleBatchLoader."""
+"""FullGraphBatch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lightgraph.data.batch import FullGraphBatch, SingleBatchLoader
+from lightgraph.data.batch import FullGraphBatch
 
 
 def _batch() -> FullGraphBatch:
@@ -41,10 +41,3 @@ def test_bad_shapes_and_names_are_rejected():
             torch.zeros(2),
             {"dev": torch.ones(2, dtype=torch.bool)},
         )
-
-
-def test_single_batch_loader_yields_its_batch_once_per_epoch():
-    batch = _batch()
-    loader = SingleBatchLoader(batch)
-    assert len(loader) == 1
-    assert list(loader) == [batch] and list(loader) == [batch]

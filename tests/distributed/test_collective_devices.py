@@ -570,6 +570,7 @@ def _sampled(first_stage: str | None) -> Callable[[torch.device, str], pl.Lightn
             NeighborSamplingDataModule,
             SyntheticGraph,
         )
+        from lightgraph.data.loader import PartitionBatchSampler
         from lightgraph.models import MiniBatchNodeClassifier
 
         graph = SyntheticGraph(num_nodes=240, avg_degree=6, num_features=8, seed=5)
@@ -579,12 +580,9 @@ def _sampled(first_stage: str | None) -> Callable[[torch.device, str], pl.Lightn
         else:  # JOESTAR with PBS and historical embeddings
             data = MultistageDataModule(
                 graph,
-                first_stage=first_stage,
-                num_parts=6,
-                parts_per_batch=3,
+                first_stage=PartitionBatchSampler(num_parts=6, parts_per_batch=3, history=True),
                 batch_size=20,
                 fanouts=[3, 3],
-                history=True,
                 cache_dir=f"{root}/cache",
             )
         torch.manual_seed(0)

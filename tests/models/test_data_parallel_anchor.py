@@ -28,6 +28,7 @@ from lightgraph.data import (
     NeighborSamplingDataModule,
     SyntheticGraph,
 )
+from lightgraph.data.loader import LargeBatchSampler
 from lightgraph.models import MiniBatchNodeClassifier
 
 # 72 training nodes: 6 global batches of 12 = 2 x 6 = 3 x 4 (nothing dropped).
@@ -81,12 +82,11 @@ def _data(kind: str, batch_size: int, cache_dir: str) -> pl.LightningDataModule:
         )
     return MultistageDataModule(
         dataset,
-        first_stage="lbs",
-        ratio=0.5,
+        first_stage=LargeBatchSampler(
+            ratio=0.5, second_stage_fanouts=[-1, -1], num_sampler_threads=1
+        ),
         fanouts=[-1, -1],
-        second_stage_fanouts=[-1, -1],
         batch_size=batch_size,
-        num_sampler_threads=1,
         cache_dir=cache_dir,
     )
 

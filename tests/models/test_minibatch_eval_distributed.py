@@ -23,7 +23,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 import lightgraph.models.minibatch_classifier as minibatch_classifier
 from lightgraph.data import FullGraphBatch, NeighborSamplingDataModule, SyntheticGraph
-from lightgraph.data.batch import SingleBatchLoader
+from lightgraph.data.loader import FixedBatchLoader
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.models import MiniBatchNodeClassifier
 from lightgraph.nn.history import HistoricalEmbeddings
@@ -52,11 +52,11 @@ class FullGraphData(pl.LightningDataModule):
         masks = {"train": data.train_mask, "val": val, "test": data.test_mask}
         self.batch = FullGraphBatch(indptr, indices, data.x, data.y, masks)
 
-    def val_dataloader(self) -> SingleBatchLoader:
-        return SingleBatchLoader(self.batch)
+    def val_dataloader(self) -> FixedBatchLoader:
+        return FixedBatchLoader([self.batch])
 
-    def test_dataloader(self) -> SingleBatchLoader:
-        return SingleBatchLoader(self.batch)
+    def test_dataloader(self) -> FixedBatchLoader:
+        return FixedBatchLoader([self.batch])
 
 
 class Recorded(MiniBatchNodeClassifier):

@@ -12,6 +12,7 @@ from lightgraph.callbacks import RandomStateCheckpoint
 from lightgraph.data import MultistageDataModule, SyntheticGraph
 from lightgraph.data.loader.multistage import MultistageLoader
 from lightgraph.models import MiniBatchNodeClassifier
+from tests.data.joestar import joestar_module
 
 DATASET = SyntheticGraph(num_nodes=600, avg_degree=6, num_features=8, train_ratio=0.3, seed=5)
 
@@ -42,7 +43,7 @@ def _data(tmp_path, **kwargs) -> MultistageDataModule:
         cache_dir=str(tmp_path / "cache"),
     )
     args.update(kwargs)
-    return MultistageDataModule(DATASET, **args)
+    return joestar_module(DATASET, **args)
 
 
 def _exact_hidden(model: torch.nn.Module, dm: MultistageDataModule) -> list[torch.Tensor]:
@@ -149,7 +150,7 @@ def _steps(dm: MultistageDataModule, epoch: int) -> int:
 
 
 def _multistage(tmp_path, **kwargs) -> MultistageDataModule:
-    return MultistageDataModule(DATASET, cache_dir=str(tmp_path / "cache"), **kwargs)
+    return joestar_module(DATASET, cache_dir=str(tmp_path / "cache"), **kwargs)
 
 
 # PBS: the 6 partitions in 2 groups of 3, 40 seeds per step: the draws of epochs 0..3 give

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -16,121 +15,49 @@ from torch import Tensor
 from lightgraph.data.contract import DataContract, HistoryTable
 from lightgraph.data.datasets.graph_dataset import GraphDataset
 from lightgraph.data.lightning.partition_store_data_module import EvalMode, PartitionStoreDataModule
-from lightgraph.data.loader.batching import even_batches, split_sizes
+from lightgraph.data.loader.batching import even_batches
 from lightgraph.data.loader.data_parallel import (
     DataParallelShard,
-    shard_batches,
 )
-from lightgraph.data.loader.macro_batch import check_parts_per_batch, shard_macro_batches
+from lightgraph.data.loader.first_stage import (
+    EpochPlan,
+    FirstStage,
+    FirstStageSampler,
+    first_stage_sampler,
+)
 from lightgraph.data.loader.multistage import (
-    FIRST_STAGES,
     DeviceMacroBatch,
     DeviceStep,
-    FirstStage,
     MultistageLoader,
     StagedStep,
     StageOneBatch,
     aot_filter,
-    lbs_stage_one,
-    pbs_stage_one,
     stage_two,
 )
-from lightgraph.utilities.checks import check_bool, check_choice, check_fanouts, check_int
+from lightgraph.utilities.checks import check_bool, check_fanouts, check_int
 from lightgraph.utilities.memory import tensor_bytes
-from lightgraph.utilities.random_state import make_generator
-
-
-def check_ratio(owner: str, value: Any) -> float:
-    """The LBS macro-batch size as a fraction of the training nodes: a number in (0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(
-            f"{owner}: expected `ratio` (LBS macro-batch size / training nodes) in (0, 1] but "
-            f"got {value!r}."
-        )
-    return float(value)
-
-
-def check_second_stage_fanouts(
-    owner: str, second: Sequence[int] | None, first: list[int]
-) -> list[int]:
-    """LBS stage-2 fanouts: one per hop, ``-1`` (all) or at least the stage-1 fanout."""
-    if second is None:
-        return [-1] * len(first)
-    second = check_fanouts(owner, list(second), "second_stage_fanouts")
-    if len(second) != len(first):
-        raise ValueError(
-            f"{owner}: expected `second_stage_fanouts` to have one entry per hop "
-            f"({len(first)}, like `fanouts` {first}) but got {second}."
-        )
-    for hop, (k2, k1) in enumerate(zip(second, first, strict=True)):
-        if k2 != -1 and (k1 == -1 or k2 < k1):
-            raise ValueError(
-                f"{owner}: expected `second_stage_fanouts[{hop}]` to be -1 (all) or >= the "
-                f"first-stage fanout {k1} (a smaller second stage would resample the macro-"
-                f"batch more coarsely than stage 1) but got {k2}."
-            )
-    return second
-
-
-def _default(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
-class _PlannedMacroBatch(NamedTuple):
-    """One macro-batch of a rank's epoch plan (store ids).
-
-    Attributes:
-        seeds: LBS: the seeds stage 1 samples from; PBS: the inner training nodes
-            (ascending).
-        inner: PBS: the inner nodes (ascending); ``None`` for LBS.
-        order: positions in ``seeds`` in training order.
-        sizes: the mini-batch sizes along ``order`` under data parallelism (LBS: the
-            rank's slices of the global batches, :func:`~lightgraph.data.loader.data_parallel.
-            shard_batches`; PBS: the steps of
-            :func:`~lightgraph.data.loader.macro_batch.shard_macro_batches`, near-equal);
-            ``None``: :func:`~lightgraph.data.loader.batching.even_batches`.
-    """
-
-    seeds: Tensor
-    inner: Tensor | None
-    order: Tensor
-    sizes: tuple[int, ...] | None = None
-
-    def steps(self, batch_size: int) -> int:
-        """Mini-batches of this macro-batch."""
-        if self.sizes is not None:
-            return len(self.sizes)
-        return math.ceil(self.order.numel() / batch_size)
-
-    @property
-    def trained(self) -> Tensor:
-        """The seeds trained, in training order."""
-        return self.seeds.index_select(0, self.order)
-
-
-class _EpochPlan(NamedTuple):
-    """A rank's macro-batches of one epoch and the epoch's training targets no rank trains."""
-
-    macros: list[_PlannedMacroBatch]
-    dropped: int
 
 
 class MultistageDataModule(PartitionStoreDataModule):
     """JOESTAR: two-stage neighbour sampling, stage 1 on the host and stage 2 on the device.
 
     The graph is read into memory once (from the same fingerprinted partition store as the
-    other sampled modules: one partition in original order for LBS -- the NS-Mem store --
-    and ``num_parts`` GAP partitions for PBS). Each epoch is a sequence of macro-batches,
-    built by a background thread one ahead of training and never reused:
+    other sampled modules, laid out as the first stage asks: one partition in original
+    order for LBS -- the NS-Mem store -- and ``num_parts`` GAP partitions for PBS). Each
+    epoch is a sequence of macro-batches, built by a background thread one ahead of
+    training and never reused. The first stage is a sampler
+    (:mod:`lightgraph.data.loader.first_stage`) with its own arguments:
 
-    * ``first_stage="lbs"`` (JOESTAR-I): ``ratio * |train|`` seeds neighbour-sampled with
-      ``fanouts``; stage 2 samples mini-batches of ``batch_size`` of those seeds (each
-      once) inside the sampled subgraph with ``second_stage_fanouts`` (all neighbours by
-      default; never below the stage-1 fanout).
-    * ``first_stage="pbs"`` (JOESTAR-II): ``parts_per_batch`` of the ``num_parts`` GAP
-      partitions plus their 1-hop halo; stage 2 samples with ``fanouts`` inside it, halo
-      nodes are leaves and, with ``history=True``, their hidden representations come from
-      historical embeddings owned by the LightningModule
+    * :class:`~lightgraph.data.loader.first_stage.LargeBatchSampler` (LBS, JOESTAR-I;
+      ``first_stage="lbs"`` is it with its defaults): ``ratio * |train|`` seeds
+      neighbour-sampled with ``fanouts``; stage 2 samples mini-batches of ``batch_size`` of
+      those seeds (each once) inside the sampled subgraph with ``second_stage_fanouts``
+      (all neighbours by default; never below the stage-1 fanout).
+    * :class:`~lightgraph.data.loader.first_stage.PartitionBatchSampler` (PBS, JOESTAR-II;
+      ``first_stage="pbs"``): ``parts_per_batch`` of the ``num_parts`` GAP partitions plus
+      their 1-hop halo; stage 2 samples with ``fanouts`` inside it, halo nodes are leaves
+      and, with ``history=True``, their hidden representations come from historical
+      embeddings owned by the LightningModule
       (:class:`~lightgraph.models.MiniBatchNodeClassifier`, warm-filled before training,
       saved in checkpoints; see :mod:`lightgraph.nn.history`).
 
@@ -143,11 +70,6 @@ class MultistageDataModule(PartitionStoreDataModule):
     :meth:`transfer_batch_to_device` moves each macro-batch (and its halo's history rows)
     to the device once, counting the bytes, and :meth:`on_after_batch_transfer` runs
     stage 2 there, so on a GPU second-stage sampling and feature gathering are GPU work.
-
-    Each argument of one first stage only (``ratio``, ``second_stage_fanouts``,
-    ``num_sampler_threads`` for LBS; ``num_parts``, ``parts_per_batch``, ``history`` for PBS)
-    defaults to ``None`` ("unset": the default below) and is a :class:`ValueError` when set
-    for the other first stage, where it would have no effect.
 
     **Data parallelism.** Under a data-parallel strategy (``ddp``, ``ddp_spawn``,
     ``ddp_fork``, ... with ``N`` replicas; read from the Trainer's strategy by
@@ -195,19 +117,15 @@ class MultistageDataModule(PartitionStoreDataModule):
 
     Args:
         dataset: the graph (any :class:`~lightgraph.data.GraphDataset`).
-        first_stage: ``"lbs"`` or ``"pbs"``.
+        first_stage: a :class:`~lightgraph.data.loader.first_stage.FirstStageSampler`
+            (``LargeBatchSampler(ratio=..., second_stage_fanouts=...,
+            num_sampler_threads=...)`` or ``PartitionBatchSampler(num_parts=...,
+            parts_per_batch=..., history=...)``), or ``"lbs"``/``"pbs"`` for either with
+            its defaults.
         fanouts: the model's neighbours per hop (stage 1 of LBS; stage 2 of PBS).
         batch_size: seeds per mini-batch, at most (a macro-batch's seeds are split evenly).
-        ratio: LBS: macro-batch size as a fraction of the training nodes, in (0, 1]
-            (unset: 0.125).
-        second_stage_fanouts: LBS: stage-2 fanouts (unset: all neighbours).
-        num_parts: PBS: partitions of the graph, ``p`` (unset: 128).
-        parts_per_batch: PBS: partitions per macro-batch, ``b <= p`` (unset: 16).
-        history: PBS: historical embeddings for the halo's hidden layers (unset: ``True``).
         aot: ahead-of-time filtering (stage-2 samples drawn on the host, only touched rows
             moved to the device).
-        num_sampler_threads: LBS: threads that cooperate on one stage-1 sample
-            (intra-batch parallel sampling; unset: 1).
         prefetch: build the next macro-batch in a background thread.
         eval_mode, eval_fanouts, eval_batch_size, cache_dir, seed, memory_budget: see
             :class:`~lightgraph.data.PartitionStoreDataModule` (a dataset with its arrays
@@ -218,16 +136,10 @@ class MultistageDataModule(PartitionStoreDataModule):
     def __init__(
         self,
         dataset: GraphDataset,
-        first_stage: FirstStage = "lbs",
+        first_stage: FirstStageSampler | FirstStage = "lbs",
         fanouts: Sequence[int] = (15, 10, 5),
         batch_size: int = 1000,
-        ratio: float | None = None,
-        second_stage_fanouts: Sequence[int] | None = None,
-        num_parts: int | None = None,
-        parts_per_batch: int | None = None,
-        history: bool | None = None,
         aot: bool = False,
-        num_sampler_threads: int | None = None,
         prefetch: bool = True,
         eval_mode: EvalMode = "layerwise",
         eval_fanouts: Sequence[int] = (20, 20, 20),
@@ -237,31 +149,11 @@ class MultistageDataModule(PartitionStoreDataModule):
         memory_budget: int | None = None,
     ) -> None:
         owner = "MultistageDataModule"
-        first_stage = check_choice(owner, "first_stage", first_stage, FIRST_STAGES)
-        pbs = first_stage == "pbs"
-        # An argument of the other first stage would be silently ignored: reject it.
-        own = {
-            "lbs": dict(
-                ratio=ratio,
-                second_stage_fanouts=second_stage_fanouts,
-                num_sampler_threads=num_sampler_threads,
-            ),
-            "pbs": dict(num_parts=num_parts, parts_per_batch=parts_per_batch, history=history),
-        }
-        other = "lbs" if pbs else "pbs"
-        for name, value in own[other].items():
-            if value is not None:
-                raise ValueError(
-                    f"{owner}: `{name}` applies to first_stage='{other}' only and has no "
-                    f"effect with first_stage='{first_stage}', but got {name}={value!r}; leave "
-                    f"it unset or use first_stage='{other}'."
-                )
-        # LBS trains from the NS-Mem store: one partition in original order.
-        num_parts = check_int(owner, "num_parts", _default(num_parts, 128), low=1) if pbs else 1
+        sampler = first_stage_sampler(owner, first_stage)
         super().__init__(
             dataset,
-            num_parts=num_parts,
-            partitioner="gap" if pbs else "random",
+            num_parts=sampler.num_parts,
+            partitioner=sampler.partitioner,
             hub_fraction=0.0,
             eval_mode=eval_mode,
             eval_fanouts=eval_fanouts,
@@ -270,22 +162,11 @@ class MultistageDataModule(PartitionStoreDataModule):
             seed=seed,
             memory_budget=memory_budget,
         )
-        self.first_stage = first_stage
+        self.first_stage = sampler
         self.fanouts = check_fanouts(owner, list(fanouts))
         self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
-        # LBS only (PBS keeps the defaults and never reads them).
-        self.ratio = check_ratio(owner, _default(ratio, 0.125))
-        self.second_stage_fanouts = check_second_stage_fanouts(
-            owner, second_stage_fanouts, self.fanouts
-        )
-        self.num_sampler_threads = check_int(
-            owner, "num_sampler_threads", _default(num_sampler_threads, 1), low=1
-        )
-        # PBS only (LBS has one partition, no halo and so no history).
-        self.parts_per_batch = (
-            check_parts_per_batch(owner, _default(parts_per_batch, 16), num_parts) if pbs else 1
-        )
-        self.history = pbs and check_bool(owner, "history", _default(history, True))
+        # Checked here, against the model's fanouts (LBS: never below them).
+        self._stage_two_fanouts = sampler.stage_two_fanouts(self.fanouts, owner)
         self.aot = check_bool(owner, "aot", aot)
         self.prefetch = check_bool(owner, "prefetch", prefetch)
         self._train: Tensor | None = None
@@ -295,8 +176,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         self._scratch: Tensor | None = None
         self._build_lock = threading.Lock()
         self._plan_lock = threading.Lock()
-        self._plans: dict[tuple[DataParallelShard, int], _EpochPlan] = {}
-        self._part_train: Tensor | None = None
+        self._plans: dict[tuple[DataParallelShard, int], EpochPlan] = {}
         self._train_loader_shard: DataParallelShard | None = None
         self._history: HistoryTable | None = None
 
@@ -304,7 +184,7 @@ class MultistageDataModule(PartitionStoreDataModule):
     @property
     def history_layers(self) -> int:
         """Hidden layers with a history table (``len(fanouts) - 1`` for PBS with history)."""
-        return len(self.fanouts) - 1 if self.history else 0
+        return self.first_stage.history_layers(self.fanouts)
 
     @property
     def num_store_nodes(self) -> int:
@@ -356,7 +236,7 @@ class MultistageDataModule(PartitionStoreDataModule):
         """Training targets of ``epoch`` that no data-parallel rank trains."""
         return self._epoch_plan(epoch, shard).dropped
 
-    def _epoch_plan(self, epoch: int, shard: DataParallelShard | None = None) -> _EpochPlan:
+    def _epoch_plan(self, epoch: int, shard: DataParallelShard | None = None) -> EpochPlan:
         """``shard``'s rank's macro-batches of ``epoch`` (default: :attr:`data_shard`), computed
         once per epoch (the loader asks for them at every macro-batch and length)."""
         shard = self.data_shard if shard is None else shard
@@ -368,80 +248,10 @@ class MultistageDataModule(PartitionStoreDataModule):
                 self._plans[(shard, epoch)] = cached
             return cached
 
-    def _make_plan(self, epoch: int, shard: DataParallelShard) -> _EpochPlan:
-        train = self._train_nodes()
-        gen = make_generator(self.seed, "macro-order", epoch)
-        if self.first_stage == "lbs":
-            order = train[torch.randperm(train.numel(), generator=gen)]
-            return self._lbs_plan(epoch, order, shard)
-        return self._pbs_plan(epoch, torch.randperm(self.num_parts, generator=gen), shard)
-
-    def _lbs_plan(self, epoch: int, order: Tensor, shard: DataParallelShard) -> _EpochPlan:
-        rank, world = shard
-        size = max(1, math.ceil(self.ratio * order.numel()))
-        macros: list[_PlannedMacroBatch] = []
-        dropped = 0
-        for k, i in enumerate(range(0, order.numel(), size)):
-            seeds = order[i : i + size]
-            # The global training order inside the macro-batch (rank-free: every rank
-            # shards the same one).
-            perm = torch.randperm(
-                seeds.numel(), generator=make_generator(self.seed, "seed-order", epoch, k)
-            )
-            if world == 1:
-                macros.append(_PlannedMacroBatch(seeds, None, perm))
-                continue
-            batches = shard_batches(seeds[perm], rank, world, self.batch_size)
-            mine = torch.cat(batches) if batches else seeds[:0]
-            dropped += seeds.numel() - world * mine.numel()
-            sizes = tuple(b.numel() for b in batches)
-            macros.append(_PlannedMacroBatch(mine, None, torch.arange(mine.numel()), sizes))
-        return _EpochPlan(macros, dropped)
-
-    def _partition_train_counts(self) -> Tensor:
-        """Training nodes of every partition."""
-        if self._part_train is None:
-            is_train = torch.zeros(self.num_store_nodes, dtype=torch.long)
-            is_train[self._train_nodes()] = 1
-            ends = torch.cat([torch.zeros(1, dtype=torch.long), is_train.cumsum(0)])
-            ptr = self._store().part_ptr.long()
-            self._part_train = ends[ptr[1:]] - ends[ptr[:-1]]
-        return self._part_train
-
-    def _pbs_plan(self, epoch: int, parts: Tensor, shard: DataParallelShard) -> _EpochPlan:
-        rank, world = shard
-        ptr = self._store().part_ptr
-        is_train = torch.zeros(self.num_store_nodes, dtype=torch.bool)
-        is_train[self._train_nodes()] = True
-        ppb, b = self.parts_per_batch, self.batch_size
-
-        def planned(
-            chosen: Tensor, key: tuple[Any, ...], sizes: list[int] | None
-        ) -> _PlannedMacroBatch:
-            chosen = chosen.sort().values
-            inner = torch.cat([torch.arange(int(ptr[p]), int(ptr[p + 1])) for p in chosen])
-            seeds = inner[is_train[inner]]
-            order = torch.randperm(
-                seeds.numel(), generator=make_generator(self.seed, "seed-order", *key)
-            )
-            if sizes is None:
-                return _PlannedMacroBatch(seeds, inner, order)
-            return _PlannedMacroBatch(seeds, inner, order[: sum(sizes)], tuple(sizes))
-
-        if world == 1:
-            groups = [parts[i : i + ppb] for i in range(0, self.num_parts, ppb)]
-            return _EpochPlan([planned(g, (epoch, k), None) for k, g in enumerate(groups)], 0)
-        # One process's macro-batches, each split among the ranks (shard_macro_batches, as
-        # HANOI's loader does); every rank computes every rank's plan: no communication.
-        count = self._partition_train_counts()
-        plan = shard_macro_batches(parts.tolist(), count.tolist(), ppb, b, world)[rank]
-        macros = [
-            planned(
-                torch.tensor(mb.parts), (epoch, k, "rank", rank), split_sizes(mb.targets, mb.steps)
-            )
-            for k, mb in enumerate(plan)
-        ]
-        return _EpochPlan(macros, 0)
+    def _make_plan(self, epoch: int, shard: DataParallelShard) -> EpochPlan:
+        return self.first_stage.plan(
+            self._train_nodes(), self._store().part_ptr, epoch, shard, self.seed, self.batch_size
+        )
 
     def build_macro_batch(
         self, epoch: int, k: int, shard: DataParallelShard | None = None
@@ -457,33 +267,20 @@ class MultistageDataModule(PartitionStoreDataModule):
         indptr, indices, x, y = self.graph_arrays()
         if self._scratch is None:
             self._scratch = torch.full((indptr.numel() - 1,), -1, dtype=torch.long)
-        seeds, inner, order, sizes = self._epoch_plan(epoch, shard).macros[k]
+        _, _, order, sizes = self._epoch_plan(epoch, shard).macros[k]
         rank = None if shard.world_size == 1 else shard.rank
         stream = (epoch, k) if rank is None else (epoch, k, "rank", rank)
         # With AoT the rows are gathered after filtering, the kept ones only.
         fx, fy = (None, None) if self.aot else (x, y)
-        if self.first_stage == "lbs":
-            node, m_indptr, m_indices, mx, my = lbs_stage_one(
-                indptr,
-                indices,
-                fx,
-                fy,
-                seeds,
-                self.fanouts,
-                generator=make_generator(self.seed, "stage1", *stream),
-                num_threads=self.num_sampler_threads,
-                node_buffer=self._scratch,
-            )
-            local_seeds = torch.arange(seeds.numel())
-            num_inner = node.numel()
-        else:
-            assert inner is not None
-            node, m_indptr, m_indices, mx, my, num_inner = pbs_stage_one(
-                indptr, indices, fx, fy, inner, self._scratch
-            )
-            # Inner nodes keep the order of ``inner`` (ascending store id) and so do the
-            # seeds (``plan`` filters ``inner``): their local ids are a search.
-            local_seeds = torch.searchsorted(inner, seeds)
+        built = self.first_stage.stage_one(
+            (indptr, indices, fx, fy),
+            self._epoch_plan(epoch, shard).macros[k],
+            self.fanouts,
+            self.seed,
+            stream,
+            self._scratch,
+        )
+        node, m_indptr, m_indices, mx, my, num_inner, local_seeds = built
         local_seeds = local_seeds[order]
         # ceil(n / batch_size) near-equal mini-batches, no small tail (even_batches), or
         # this rank's slices of the global ones.
@@ -522,8 +319,8 @@ class MultistageDataModule(PartitionStoreDataModule):
 
     @property
     def stage_two_fanouts(self) -> list[int]:
-        """Stage-2 fanouts: ``second_stage_fanouts`` for LBS, ``fanouts`` for PBS."""
-        return self.second_stage_fanouts if self.first_stage == "lbs" else self.fanouts
+        """Stage-2 fanouts: the LBS sampler's ``second_stage_fanouts``, ``fanouts`` for PBS."""
+        return self._stage_two_fanouts
 
     def train_loader(self) -> MultistageLoader:
         """The training loader of this rank's share (:attr:`data_shard`, read when it is built;
@@ -541,7 +338,7 @@ class MultistageDataModule(PartitionStoreDataModule):
                 prefetch=self.prefetch,
                 # LBS cuts the same macro-batch sizes every epoch; PBS's step count depends
                 # on the epoch's partition draw, so its loader has no length.
-                sized=self.first_stage == "lbs",
+                sized=self.first_stage.sized,
                 world_size=shard.world_size,
                 dropped=partial(self.dropped_targets, shard=shard),
             )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
 from dataclasses import fields, replace
 from typing import Any, Literal, get_args
 
@@ -25,6 +24,7 @@ from torch import Tensor
 from lightgraph.data.datasets.graph_dataset import MASK_NAMES, GraphDataset, validate_graph
 from lightgraph.data.datasets.synthetic_graph import SyntheticGraph
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
+from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.loader.token_batch import TokenBatch, TokenShard, sequence_parallel_shard
 from lightgraph.data.partition.sequences import build_sequence, metis_order, split_sequences
 from lightgraph.data.store.cache import CacheReader, CacheWriter
@@ -50,19 +50,6 @@ REORDERS: tuple[str, ...] = get_args(Reorder)
 # 2: the CachedDataModule layout (a manifest of the files in meta.json).
 _CACHE_FORMAT = 2
 _CLUSTERS_PER_SEQUENCE = 8  # the thesis's k = 8 clusters per sequence (RTX 3090, d = 64)
-
-
-class _Sequences:
-    """Yields every sequence once per epoch (in order, the same on every rank)."""
-
-    def __init__(self, items: Sequence[TokenBatch]) -> None:
-        self.items = items
-
-    def __iter__(self) -> Iterator[TokenBatch]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 class NodeSequenceDataModule(CachedDataModule):
@@ -340,10 +327,10 @@ class NodeSequenceDataModule(CachedDataModule):
     def is_loaded(self) -> bool:
         return self.sequences is not None
 
-    def loader(self, split: str) -> _Sequences:
+    def loader(self, split: str) -> FixedBatchLoader[TokenBatch]:
         """Every sequence once per epoch, for every split (the masks tell them apart)."""
         assert self.sequences is not None
-        return _Sequences(self.sequences)
+        return FixedBatchLoader(self.sequences)
 
 
 def _to_state(item: TokenBatch) -> dict[str, Any]:

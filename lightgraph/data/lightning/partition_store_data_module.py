@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.batch import FullGraphBatch, SingleBatchLoader
+from lightgraph.data.batch import FullGraphBatch
 from lightgraph.data.contract import DataContract
 from lightgraph.data.datasets.graph_dataset import (
     DatasetSizes,
@@ -58,6 +58,7 @@ from lightgraph.data.datasets.graph_dataset import (
 )
 from lightgraph.data.datasets.on_disk import OnDiskGraph
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
+from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.loader.minibatch import NeighborSamplingLoader
 from lightgraph.data.partition.hubs import select_hubs, select_hubs_on_disk
 from lightgraph.data.partition.out_of_core import on_disk_csc, validate_on_disk_graph
@@ -362,7 +363,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         (sizes differ by at most one, none dropped: every node is evaluated exactly once;
         unequal batch counts are fine, evaluation steps do not synchronise)."""
         if self.eval_mode == "layerwise":
-            return SingleBatchLoader(self.full_graph())
+            return FixedBatchLoader([self.full_graph()])
         arrays = self.graph_arrays()
         nodes = self.split_nodes(split)
         rank, world_size = self.data_shard

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -12,6 +11,7 @@ from torch import Tensor
 
 from lightgraph.data.datasets.graph_dataset import DatasetSizes, GraphDataset, validate_graph
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
+from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.partition.partition_plan import PartitionPlan, build_partition_plans
 from lightgraph.data.partition.partitioner import (
     PARTITION_METHODS,
@@ -24,19 +24,6 @@ from lightgraph.utilities.checks import check_choice
 log = logging.getLogger(__name__)
 
 _CACHE_FORMAT = 2
-
-
-class _OnePartition:
-    """An iterable that yields the rank's partition once per epoch (one full-graph step)."""
-
-    def __init__(self, plan: PartitionPlan) -> None:
-        self.plan = plan
-
-    def __iter__(self) -> Iterator[PartitionPlan]:
-        yield self.plan
-
-    def __len__(self) -> int:
-        return 1
 
 
 class PartitionedGraphDataModule(DatasetSizes, CachedDataModule):
@@ -199,7 +186,7 @@ class PartitionedGraphDataModule(DatasetSizes, CachedDataModule):
     def is_loaded(self) -> bool:
         return self.plan is not None
 
-    def loader(self, split: str) -> _OnePartition:
+    def loader(self, split: str) -> FixedBatchLoader[PartitionPlan]:
         """The rank's plan, once per epoch, for every split (the masks tell them apart)."""
         assert self.plan is not None
-        return _OnePartition(self.plan)
+        return FixedBatchLoader([self.plan])

@@ -22,6 +22,7 @@ from lightgraph.data.datasets.text_graph import (
     require_lm,
 )
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
+from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.store.cache import CacheReader, CacheWriter
 from lightgraph.utilities.checks import (
     check_bool,
@@ -57,10 +58,6 @@ class _NodeTokens:
             "attention_mask": self.attention_mask[node].long(),
             "y": self.y[node],
         }
-
-
-def _identity(item: Any) -> Any:
-    return item
 
 
 class TextGraphDataModule(DatasetSizes, CachedDataModule):
@@ -235,9 +232,9 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
     def is_loaded(self) -> bool:
         return self._graph is not None
 
-    def loader(self, split: str) -> DataLoader:
+    def loader(self, split: str) -> DataLoader | FixedBatchLoader[Data]:
         if self.serve == "graph":
-            return DataLoader([self.graph()], batch_size=None, collate_fn=_identity)
+            return FixedBatchLoader([self.graph()])
         if split == "predict":
             return self.lm_dataloader("all", shuffle=False)
         return self.lm_dataloader(split, shuffle=split == "train")

@@ -1,5 +1,5 @@
 """Loaders: the one resumable loader base (:mod:`.base`) and the samplers built on it --
-neighbour sampling (NS), JOESTAR's multistage LBS/PBS, HANOI's macro-batches -- plus
+neighbour sampling (NS), JOESTAR's multistage loader and its two first stages (LBS, PBS), HANOI's macro-batches -- plus
 batching, data-parallel sharding and the token batches of the graph transformers."""
 
 from lightgraph.data.loader.base import (
@@ -11,6 +11,12 @@ from lightgraph.data.loader.base import (
     ResumableLoader,
 )
 from lightgraph.data.loader.data_parallel import DataParallelShard
+from lightgraph.data.loader.first_stage import (
+    FirstStageSampler,
+    LargeBatchSampler,
+    PartitionBatchSampler,
+)
+from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.loader.group_batch_sampler import GroupBatchSampler
 from lightgraph.data.loader.macro_batch import MacroBatchLoader
 from lightgraph.data.loader.minibatch import NeighborSamplingLoader, sample_minibatch
@@ -22,12 +28,16 @@ __all__ = [
     "HANDOVERS",
     "DataParallelShard",
     "Emit",
+    "FirstStageSampler",
+    "FixedBatchLoader",
     "GroupBatchSampler",
+    "LargeBatchSampler",
     "LoaderStats",
     "MacroBatchLoader",
     "Moved",
     "MultistageLoader",
     "NeighborSamplingLoader",
+    "PartitionBatchSampler",
     "Prefetcher",
     "ResumableLoader",
     "TokenBatch",

@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -53,9 +53,6 @@ from lightgraph.functional.neighbor_sampling import (
 )
 from lightgraph.utilities.memory import tensor_bytes
 from lightgraph.utilities.random_state import make_generator
-
-FirstStage = Literal["lbs", "pbs"]
-FIRST_STAGES: tuple[str, ...] = get_args(FirstStage)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from lightgraph.data import (
 )
 from lightgraph.data.datasets import npy_graph as npy_graph_module
 from lightgraph.data.datasets.on_disk import OnDiskGraph
+from lightgraph.data.loader import LargeBatchSampler, PartitionBatchSampler
 
 KEYS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
 GRAPH = SyntheticGraph(num_nodes=200, avg_degree=4, num_features=5, seed=3)
@@ -403,17 +404,19 @@ def test_a_store_data_module_trains_on_an_npy_graph(tmp_path):
         ),
         pytest.param(
             lambda g, c: MultistageDataModule(
-                g, first_stage="lbs", cache_dir=c, fanouts=[3, 2], batch_size=16, prefetch=False
+                g,
+                first_stage=LargeBatchSampler(),
+                cache_dir=c,
+                fanouts=[3, 2],
+                batch_size=16,
+                prefetch=False,
             ),
             id="joestar-lbs",
         ),
         pytest.param(
             lambda g, c: MultistageDataModule(
                 g,
-                first_stage="pbs",
-                num_parts=4,
-                parts_per_batch=2,
-                history=False,
+                first_stage=PartitionBatchSampler(num_parts=4, parts_per_batch=2, history=False),
                 cache_dir=c,
                 fanouts=[3, 2],
                 batch_size=16,

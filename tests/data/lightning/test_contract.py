@@ -11,6 +11,7 @@ import torch
 
 from lightgraph.data import MultistageDataModule, NeighborSamplingDataModule, SyntheticGraph
 from lightgraph.data.contract import DataContract, data_contract
+from lightgraph.data.loader import PartitionBatchSampler
 
 DATASET = SyntheticGraph(num_nodes=300, avg_degree=5, num_features=4, train_ratio=0.3, seed=1)
 ROOT = Path(__file__).resolve().parents[3] / "lightgraph"
@@ -60,12 +61,9 @@ def test_store_modules_declare_their_evaluation_and_graph(tmp_path):
 def test_pbs_with_history_hands_the_table_to_the_data_module(tmp_path):
     dm = MultistageDataModule(
         DATASET,
-        first_stage="pbs",
+        first_stage=PartitionBatchSampler(num_parts=4, parts_per_batch=2, history=True),
         fanouts=[3, 3, 3],
         batch_size=32,
-        num_parts=4,
-        parts_per_batch=2,
-        history=True,
         cache_dir=str(tmp_path),
     )
     dm.setup("fit")

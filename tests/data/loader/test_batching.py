@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from lightgraph.data import MacroBatchDataModule, MultistageDataModule, SyntheticGraph
+from lightgraph.data.loader import PartitionBatchSampler
 from lightgraph.data.loader.batching import even_batches, macro_batch_steps, split_sizes
 from lightgraph.data.loader.data_parallel import shard_batches
 from lightgraph.data.loader.macro_batch import MacroBatchLoader, shard_macro_batches
+from tests.data.joestar import joestar_module
 
 DATASET = SyntheticGraph(num_nodes=900, avg_degree=6, num_features=8, train_ratio=0.3, seed=4)
 
@@ -74,7 +76,7 @@ def test_joestar_macro_batches_are_split_evenly(tmp_path, first_stage):
         if first_stage == "lbs"
         else dict(num_parts=8, parts_per_batch=3, history=False, fanouts=[3, 3])
     )
-    dm = MultistageDataModule(
+    dm = joestar_module(
         DATASET,
         first_stage=first_stage,
         batch_size=30,
@@ -166,10 +168,7 @@ def _pbs_steps(tmp_path, ppb: int, b: int, rank: int = 0, world: int = 1):
     """``(partitions of the macro-batch, targets)`` of every step of one PBS epoch."""
     dm = MultistageDataModule(
         DATASET,
-        first_stage="pbs",
-        num_parts=8,
-        parts_per_batch=ppb,
-        history=False,
+        first_stage=PartitionBatchSampler(num_parts=8, parts_per_batch=ppb, history=False),
         fanouts=[3, 3],
         batch_size=b,
         prefetch=False,

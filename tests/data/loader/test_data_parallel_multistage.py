@@ -13,8 +13,10 @@ from lightning.pytorch.callbacks import Callback
 from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.data import MultistageDataModule, SyntheticGraph
+from lightgraph.data.loader import PartitionBatchSampler
 from lightgraph.data.loader.data_parallel import DataParallelShard
 from lightgraph.models import MiniBatchNodeClassifier
+from tests.data.joestar import joestar_module
 
 DATASET = SyntheticGraph(num_nodes=800, avg_degree=6, num_features=8, train_ratio=0.3, seed=3)
 CPU = torch.device("cpu")
@@ -26,7 +28,7 @@ def _module(tmp_path, shard=None, seed=0, **kwargs) -> MultistageDataModule:
     else:
         args = dict(batch_size=20, num_parts=8, parts_per_batch=2, history=False, fanouts=[3, 3])
     args.update(kwargs)
-    dm = MultistageDataModule(DATASET, cache_dir=str(tmp_path), prefetch=False, seed=seed, **args)
+    dm = joestar_module(DATASET, cache_dir=str(tmp_path), prefetch=False, seed=seed, **args)
     dm.prepare_data()
     dm.setup("fit")
     if shard is not None:
@@ -205,7 +207,7 @@ def test_pbs_shards_are_whole_partitions_disjoint_with_equal_steps(tmp_path, wor
             for m in macros:
                 inner = m.node[: m.num_inner]
                 chosen = set(part[inner].tolist())
-                assert len(chosen) <= dm.parts_per_batch
+                assert len(chosen) <= dm.first_stage.parts_per_batch
                 assert int(inner.numel()) == sum(int((part == p).sum()) for p in chosen)
                 owned |= chosen
             parts.append(owned)
@@ -314,9 +316,7 @@ def _pbs_ddp_run(tmp_path, **module_kwargs) -> tuple[MultistageDataModule, list[
     out.mkdir()
     dm = MultistageDataModule(
         SyntheticGraph(num_nodes=400, avg_degree=5, num_features=8, train_ratio=0.5, seed=2),
-        first_stage="pbs",
-        num_parts=6,
-        parts_per_batch=2,
+        first_stage=PartitionBatchSampler(num_parts=6, parts_per_batch=2),
         batch_size=25,
         fanouts=[4, 4],
         cache_dir=str(tmp_path / "cache"),

@@ -24,6 +24,7 @@ from lightgraph.data import (
     NeighborSamplingDataModule,
     SyntheticGraph,
 )
+from lightgraph.data.loader import PartitionBatchSampler
 from lightgraph.models import MiniBatchNodeClassifier
 
 DATASET = SyntheticGraph(num_nodes=900, avg_degree=6, num_features=8, seed=4)
@@ -67,10 +68,7 @@ def _data_module(kind: str, cache_dir: str, world: int) -> pl.LightningDataModul
         return NeighborSamplingDataModule(
             DATASET, fanouts=[4, 4], batch_size=37, cache_dir=cache_dir
         )
-    return MultistageDataModule(
-        DATASET, first_stage="pbs", num_parts=8, parts_per_batch=2, fanouts=[4, 4],
-        batch_size=40, prefetch=True, cache_dir=cache_dir,
-    )  # fmt: skip
+    return MultistageDataModule(DATASET, first_stage=PartitionBatchSampler(num_parts=8, parts_per_batch=2), fanouts=[4, 4], batch_size=40, prefetch=True, cache_dir=cache_dir)  # fmt: skip
 
 
 def _fit(kind: str, tmp_path, devices: int) -> list[dict]:

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 from torch_geometric.nn.models import GraphSAGE
 
 from lightgraph.data import MultistageDataModule, SyntheticGraph
+from lightgraph.data.loader import LargeBatchSampler, PartitionBatchSampler
 from lightgraph.data.loader.multistage import MultistageLoader, StagedStep, StageOneBatch
 from tests.data.concurrency import check_graph_copied_once_under_concurrent_first_use
+from tests.data.joestar import joestar_module
 
 DATASET = SyntheticGraph(num_nodes=800, avg_degree=6, num_features=8, train_ratio=0.3, seed=3)
 CPU = torch.device("cpu")
@@ -23,7 +25,7 @@ def _module(tmp_path, **kwargs) -> MultistageDataModule:
     else:
         args = dict(batch_size=50, num_parts=8, parts_per_batch=2, history=False)
     args.update(kwargs)
-    dm = MultistageDataModule(DATASET, cache_dir=str(tmp_path), **args)
+    dm = joestar_module(DATASET, cache_dir=str(tmp_path), **args)
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -123,11 +125,11 @@ def test_pbs_halo_is_the_exact_one_hop_of_the_chosen_partitions(tmp_path):
     dm = _module(tmp_path, first_stage="pbs")
     graph = _edges_global(dm)
     ptr = dm.store.part_ptr
-    for k in range(dm.num_parts // dm.parts_per_batch):
+    for k in range(dm.num_parts // dm.first_stage.parts_per_batch):
         macro = dm.build_macro_batch(0, k)
         inner = set(macro.node[: macro.num_inner].tolist())
         chosen = [p for p in range(dm.num_parts) if int(ptr[p]) in inner]
-        assert len(chosen) == dm.parts_per_batch
+        assert len(chosen) == dm.first_stage.parts_per_batch
         want_inner = {v for p in chosen for v in range(int(ptr[p]), int(ptr[p + 1]))}
         assert inner == want_inner
         want_halo = {u for u, v in graph if v in inner and u not in inner}
@@ -229,11 +231,8 @@ def test_aot_moves_fewer_bytes_for_pbs_with_few_training_nodes(tmp_path):
     for aot in (False, True):
         dm = MultistageDataModule(
             sparse,
-            first_stage="pbs",
+            first_stage=PartitionBatchSampler(num_parts=8, parts_per_batch=2, history=False),
             batch_size=50,
-            num_parts=8,
-            parts_per_batch=2,
-            history=False,
             aot=aot,
             fanouts=[5, 5],
             cache_dir=str(tmp_path),
@@ -362,11 +361,12 @@ def test_staged_steps_are_what_the_loader_yields(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(ratio=0), r"`ratio`.*\(0, 1\].*0"),
+        (dict(ratio=0), r"LargeBatchSampler: .*`ratio`.*\(0, 1\].*0"),
         (dict(ratio=1.5), r"`ratio`.*1.5"),
         (dict(ratio=True), r"`ratio`"),
         (dict(first_stage="pbs", num_parts=4, parts_per_batch=5), r"`parts_per_batch`.*\[1, 4\]"),
-        (dict(first_stage="xyz"), r"`first_stage`.*lbs.*pbs"),
+        (dict(first_stage="pbs", num_parts=0), r"PartitionBatchSampler: .*`num_parts`"),
+        (dict(first_stage="pbs", history=1), r"`history`"),
         (dict(second_stage_fanouts=[10, 10, 10]), r"second_stage_fanouts\[0\].*15.*10"),
         (dict(second_stage_fanouts=[50, 50]), r"one entry per hop"),
         (dict(fanouts=[-1, 5], second_stage_fanouts=[50, 5]), r"second_stage_fanouts\[0\]"),
@@ -376,38 +376,44 @@ def test_staged_steps_are_what_the_loader_yields(tmp_path):
 )
 def test_bad_input_is_named(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        MultistageDataModule(DATASET, cache_dir=str(tmp_path), **kwargs)
+        joestar_module(DATASET, cache_dir=str(tmp_path), **kwargs)
 
 
-# ------------------------------------------------------------ arguments of one mode only
-@pytest.mark.parametrize(
-    ("first_stage", "kwargs"),
-    [
-        ("lbs", dict(num_parts=8)),
-        ("lbs", dict(parts_per_batch=2)),
-        ("lbs", dict(history=True)),
-        ("lbs", dict(history=False)),
-        ("pbs", dict(ratio=0.5)),
-        ("pbs", dict(num_sampler_threads=2)),
-        ("pbs", dict(second_stage_fanouts=[20, 20, 20])),
-    ],
-)
-def test_an_argument_of_the_other_mode_is_an_error(tmp_path, first_stage, kwargs):
-    (name, value), other = next(iter(kwargs.items())), {"lbs": "pbs", "pbs": "lbs"}[first_stage]
-    match = rf"`{name}`.*first_stage='{other}'.*first_stage='{first_stage}'.*{name}=" + (
-        re.escape(repr(value))
+@pytest.mark.parametrize("value", ["xyz", 3, None, LargeBatchSampler])
+def test_a_first_stage_that_is_not_a_sampler_is_named(tmp_path, value):
+    match = r"`first_stage`.*LargeBatchSampler.*PartitionBatchSampler.*'lbs', 'pbs'.*" + re.escape(
+        repr(value)
     )
     with pytest.raises(ValueError, match=match):
-        MultistageDataModule(DATASET, first_stage=first_stage, cache_dir=str(tmp_path), **kwargs)
+        MultistageDataModule(DATASET, first_stage=value, cache_dir=str(tmp_path))
 
 
-def test_unset_arguments_take_their_mode_defaults(tmp_path):
+# ------------------------------------------------------------ one sampler per first stage
+def test_each_first_stage_has_only_its_own_arguments():
+    """LBS and PBS are two samplers: an argument of the other one is not accepted at all."""
+    with pytest.raises(TypeError, match="num_parts"):
+        LargeBatchSampler(num_parts=8)
+    with pytest.raises(TypeError, match="ratio"):
+        PartitionBatchSampler(ratio=0.5)
+
+
+def test_a_first_stage_name_is_that_sampler_with_its_defaults(tmp_path):
     lbs = MultistageDataModule(DATASET, first_stage="lbs", cache_dir=str(tmp_path))
-    assert (lbs.ratio, lbs.num_sampler_threads, lbs.second_stage_fanouts) == (0.125, 1, [-1] * 3)
-    assert lbs.history_layers == 0
+    assert isinstance(lbs.first_stage, LargeBatchSampler)
+    sampler = lbs.first_stage
+    assert (sampler.ratio, sampler.num_sampler_threads, sampler.second_stage_fanouts) == (
+        0.125,
+        1,
+        None,
+    )
+    assert lbs.stage_two_fanouts == [-1] * 3 and lbs.history_layers == 0
+    assert (lbs.num_parts, lbs.partitioner) == (1, "random")  # the NS-Mem store
     pbs = MultistageDataModule(DATASET, first_stage="pbs", cache_dir=str(tmp_path))
-    assert (pbs.num_parts, pbs.parts_per_batch, pbs.history) == (128, 16, True)
-    assert pbs.history_layers == 2
+    assert isinstance(pbs.first_stage, PartitionBatchSampler)
+    sampler = pbs.first_stage
+    assert (sampler.num_parts, sampler.parts_per_batch, sampler.history) == (128, 16, True)
+    assert (pbs.num_parts, pbs.partitioner) == (128, "gap")  # the store follows the sampler
+    assert pbs.history_layers == 2 and pbs.stage_two_fanouts == [15, 10, 5]
 
 
 # ------------------------------------------------------------------------- the graph

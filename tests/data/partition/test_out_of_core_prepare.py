@@ -23,6 +23,7 @@ from lightgraph.data import (
 )
 from lightgraph.data.datasets.on_disk import OnDiskGraph
 from lightgraph.data.lightning import build_store
+from lightgraph.data.loader import LargeBatchSampler, PartitionBatchSampler
 from lightgraph.data.partition.out_of_core import (
     add_key_counts,
     on_disk_csc,
@@ -417,9 +418,11 @@ def _fit(dm) -> pl.Trainer:
     [
         lambda ds, d: NeighborSamplingDataModule(ds, [4, 4], 64, "memory", cache_dir=d),
         lambda ds, d: NeighborSamplingDataModule(ds, [4, 4], 64, "mmap", cache_dir=d),
-        lambda ds, d: MultistageDataModule(ds, "lbs", [4, 4], 64, ratio=0.5, cache_dir=d),
         lambda ds, d: MultistageDataModule(
-            ds, "pbs", [4, 4], 64, num_parts=4, parts_per_batch=2, history=False, cache_dir=d
+            ds, LargeBatchSampler(ratio=0.5), [4, 4], 64, cache_dir=d
+        ),
+        lambda ds, d: MultistageDataModule(
+            ds, PartitionBatchSampler(4, 2, history=False), [4, 4], 64, cache_dir=d
         ),
     ],
     ids=["ns-mem", "ns-ext", "joestar-lbs", "joestar-pbs"],
