@@ -33,6 +33,7 @@ Modules, lowest first (each imports only those above it):
   :func:`build_partition_store` (build or reuse, then open).
 """
 
+from lightgraph.data.store.partition_store.induced_subgraph import MacroBatch
 from lightgraph.data.store.partition_store.integrity import (
     StaleStoreError,
     default_store_fingerprint,
@@ -58,7 +59,6 @@ from lightgraph.data.store.partition_store.layout import (
     X_FILE,
     Y_FILE,
 )
-from lightgraph.data.store.partition_store.macro_batch import MacroBatch
 from lightgraph.data.store.partition_store.reader import PartitionStore
 from lightgraph.data.store.partition_store.writer import (
     DEFAULT_CHUNK_SIZE,

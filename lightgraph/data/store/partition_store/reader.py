@@ -25,6 +25,7 @@ from torch import Tensor
 
 from lightgraph.data.datasets.graph_dataset import MASK_NAMES
 from lightgraph.data.store.cache import CacheReader, CorruptCacheError
+from lightgraph.data.store.partition_store.induced_subgraph import MacroBatch
 from lightgraph.data.store.partition_store.integrity import (
     check_store_meta,
     corrupt_file_error,
@@ -55,7 +56,6 @@ from lightgraph.data.store.partition_store.layout import (
     Y_FILE,
     expected_arrays,
 )
-from lightgraph.data.store.partition_store.macro_batch import MacroBatch
 from lightgraph.utilities.checks import check_choice, check_type, describe
 
 #: How :class:`PartitionStore` advises the kernel about its reads (``access``):
