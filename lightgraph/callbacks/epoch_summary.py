@@ -29,6 +29,7 @@ class EpochSummary(Callback):
             "val_acc",
             "test_acc",
             "val_f1",
+            "val_mrr",
             "test_f1",
             "comm_bytes",
             "train_step_time",

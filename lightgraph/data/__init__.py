@@ -29,6 +29,7 @@ from lightgraph.data.datasets import (
 from lightgraph.data.lightning import (
     CachedDataModule,
     GraphSetDataModule,
+    LinkNeighborSamplingDataModule,
     MacroBatchDataModule,
     MultistageDataModule,
     NeighborSamplingDataModule,
@@ -53,6 +54,7 @@ __all__ = [
     "FullGraphBatch",
     "GraphDataset",
     "GraphSetDataModule",
+    "LinkNeighborSamplingDataModule",
     "MacroBatchDataModule",
     "MultistageDataModule",
     "NeighborSamplingDataModule",

@@ -1,9 +1,12 @@
-"""The evaluation batch of exact layer-wise inference: the whole graph, left where it is."""
+"""The evaluation batches of exact layer-wise inference: the whole graph, left where it is
+(node tasks), and the graph with its query edges (link prediction)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from lightgraph.utilities.random_state import make_generator
 
 _SPLITS = ("train", "val", "test")
 
@@ -74,4 +77,100 @@ class FullGraphBatch:
         return (
             f"FullGraphBatch(num_nodes={self.num_nodes}, num_edges={int(self.indices.numel())}, "
             f"num_features={self.x.size(1)})"
+        )
+
+
+class LinkEvalBatch:
+    """One link-prediction evaluation: the split's message-passing graph and its queries.
+
+    :class:`~lightgraph.models.LinkPredictor` computes every node's embedding once, layer
+    by layer over the graph (:func:`~lightgraph.nn.layerwise.layerwise_inference`), then
+    ranks each query edge ``(src_i, dst_i)`` against its negatives in chunks sized by its
+    memory budget: the full ``[Q, K]`` score matrix never exists. Like
+    :class:`FullGraphBatch` it is not a ``Data``, so Lightning leaves it where it is.
+
+    Negatives are either given (``neg``, ``[Q, K]``: e.g. OGB's 1,000 per positive) or
+    drawn: ``num_negatives`` uniform destinations per query, from a generator keyed by
+    ``(seed, split, block)`` for fixed blocks of :attr:`NEGATIVE_BLOCK` queries, so they
+    never depend on how the scoring is chunked and never need ``Q * K`` memory.
+
+    Attributes:
+        split: ``"val"`` or ``"test"``.
+        indptr, indices: CSC of the split's message-passing graph.
+        x: node features.
+        src, dst: ``[Q]`` the query (positive) edges.
+        neg: ``[Q, K]`` given negative destinations, or ``None`` (drawn).
+        num_negatives: ``K`` when drawn.
+        seed: seed of the drawn negatives.
+    """
+
+    NEGATIVE_BLOCK = 1024
+
+    def __init__(
+        self,
+        split: str,
+        indptr: Tensor,
+        indices: Tensor,
+        x: Tensor,
+        src: Tensor,
+        dst: Tensor,
+        neg: Tensor | None = None,
+        num_negatives: int = 100,
+        seed: int = 0,
+    ) -> None:
+        owner = "LinkEvalBatch"
+        num_nodes = int(indptr.numel()) - 1
+        if x.size(0) != num_nodes:
+            raise ValueError(
+                f"{owner}: expected `x` to have one row per node ({num_nodes}) but got {x.size(0)}."
+            )
+        if src.shape != dst.shape or src.dim() != 1:
+            raise ValueError(
+                f"{owner}: expected `src` and `dst` to be 1-D of equal length but got shapes "
+                f"{tuple(src.shape)} and {tuple(dst.shape)}."
+            )
+        if neg is not None and (neg.dim() != 2 or neg.size(0) != src.numel() or neg.size(1) < 1):
+            raise ValueError(
+                f"{owner}: expected `neg` to be [num_queries={src.numel()}, K >= 1] negative "
+                f"destinations but got shape {tuple(neg.shape)}."
+            )
+        if neg is None and (isinstance(num_negatives, bool) or num_negatives < 1):
+            raise ValueError(
+                f"{owner}: ranking needs negatives: expected `neg` or `num_negatives` >= 1 "
+                f"but got num_negatives={num_negatives!r}."
+            )
+        self.split = split
+        self.indptr, self.indices, self.x = indptr, indices, x
+        self.src, self.dst = src.long(), dst.long()
+        self.neg = None if neg is None else neg.long()
+        self.num_negatives = int(neg.size(1)) if neg is not None else int(num_negatives)
+        self.seed = int(seed)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.numel()) - 1
+
+    @property
+    def num_queries(self) -> int:
+        return int(self.src.numel())
+
+    def negatives(self, start: int, stop: int) -> Tensor:
+        """``[stop - start, K]`` negative destinations of queries ``[start, stop)``."""
+        if self.neg is not None:
+            return self.neg[start:stop]
+        if stop <= start:
+            return torch.empty(0, self.num_negatives, dtype=torch.long)
+        block = self.NEGATIVE_BLOCK
+        parts = []
+        for b in range(start // block, (stop + block - 1) // block):
+            lo, hi = b * block, min((b + 1) * block, self.num_queries)
+            gen = make_generator(self.seed, "eval-negatives", self.split, b)
+            drawn = torch.randint(0, self.num_nodes, (hi - lo, self.num_negatives), generator=gen)
+            parts.append(drawn[max(start, lo) - lo : min(stop, hi) - lo])
+        return torch.cat(parts)
+
+    def __repr__(self) -> str:
+        return (
+            f"LinkEvalBatch(split={self.split!r}, num_nodes={self.num_nodes}, "
+            f"num_queries={self.num_queries}, num_negatives={self.num_negatives})"
         )

@@ -1,8 +1,10 @@
 """Graph sources: the :class:`GraphDataset` base, synthetic and real graphs, ``.npy`` graphs
-(and their writer), on-disk views, text-attributed graphs and sets of small graphs."""
+(and their writer), on-disk views, text-attributed graphs, sets of small graphs, and edge splits for link
+prediction."""
 
 from lightgraph.data.datasets.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.datasets.graph_set import SyntheticGraphSet
+from lightgraph.data.datasets.link_split import LinkSplit, random_link_split
 from lightgraph.data.datasets.npy_graph import NpyGraph
 from lightgraph.data.datasets.npy_graph_writer import NpyGraphWriter, from_pyg
 from lightgraph.data.datasets.on_disk import OnDiskGraph
@@ -19,6 +21,7 @@ __all__ = [
     "REAL_DATASETS",
     "SPECIAL_TOKENS",
     "GraphDataset",
+    "LinkSplit",
     "NpyGraph",
     "NpyGraphWriter",
     "OnDiskGraph",
@@ -30,5 +33,6 @@ __all__ = [
     "from_pyg",
     "generate_synthetic_graph",
     "load_tokenizer",
+    "random_link_split",
     "validate_graph",
 ]

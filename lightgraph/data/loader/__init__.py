@@ -18,9 +18,11 @@ from lightgraph.data.loader.first_stage import (
 )
 from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.loader.group_batch_sampler import GroupBatchSampler
+from lightgraph.data.loader.link_neighbor import LinkNeighborSamplingLoader, sample_link_minibatch
 from lightgraph.data.loader.macro_batch import MacroBatchLoader
 from lightgraph.data.loader.minibatch import NeighborSamplingLoader, sample_minibatch
 from lightgraph.data.loader.multistage import MultistageLoader
+from lightgraph.data.loader.negative_sampling import KnownEdges, NegativeSampler
 from lightgraph.data.loader.neighbor_sampler import UniformNeighborSampler, neighbor_loader
 from lightgraph.data.loader.token_batch import TokenBatch, TokenShard
 
@@ -31,11 +33,14 @@ __all__ = [
     "FirstStageSampler",
     "FixedBatchLoader",
     "GroupBatchSampler",
+    "KnownEdges",
     "LargeBatchSampler",
+    "LinkNeighborSamplingLoader",
     "LoaderStats",
     "MacroBatchLoader",
     "Moved",
     "MultistageLoader",
+    "NegativeSampler",
     "NeighborSamplingLoader",
     "PartitionBatchSampler",
     "Prefetcher",
@@ -44,5 +49,6 @@ __all__ = [
     "TokenShard",
     "UniformNeighborSampler",
     "neighbor_loader",
+    "sample_link_minibatch",
     "sample_minibatch",
 ]

@@ -1,0 +1,264 @@
+"""Link prediction by neighbour sampling over a graph held in memory (the NS baseline of the
+link task): an edge split, sampled training batches with negatives and seed-edge
+exclusion, and exact evaluation batches.
+
+``prepare_data`` splits the dataset's edges once (:func:`~lightgraph.data.datasets.
+link_split.random_link_split`, fingerprinted and cached like every lightgraph data
+module) and stores the training and test message-passing graphs in CSC form; ``setup``
+loads them. The training loader is a :class:`~lightgraph.data.loader.link_neighbor.
+LinkNeighborSamplingLoader` over the training positives; validation and test yield one
+:class:`~lightgraph.data.batch.LinkEvalBatch` each (the split's message-passing graph,
+its positive edges and their negatives) for :class:`~lightgraph.models.LinkPredictor`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightgraph.data.batch import LinkEvalBatch
+from lightgraph.data.datasets.graph_dataset import DatasetSizes, GraphDataset, ensure_edge_index
+from lightgraph.data.datasets.link_split import LinkSplit, random_link_split
+from lightgraph.data.lightning.cached_data_module import CachedDataModule
+from lightgraph.data.loader.fixed_batches import FixedBatchLoader
+from lightgraph.data.loader.link_neighbor import LinkNeighborSamplingLoader
+from lightgraph.data.loader.negative_sampling import (
+    NEGATIVE_MODES,
+    KnownEdges,
+    NegativeMode,
+    NegativeSampler,
+    check_num_negatives,
+)
+from lightgraph.data.store.cache import CacheReader, CacheWriter
+from lightgraph.functional.neighbor_sampling import to_csc
+from lightgraph.utilities.checks import (
+    check_bool,
+    check_choice,
+    check_fanouts,
+    check_int,
+    check_type,
+)
+
+_CACHE_FORMAT = 1
+
+
+class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
+    """Link prediction with neighbour-sampled mini-batches of seed edges.
+
+    Args:
+        dataset: the graph (any :class:`~lightgraph.data.GraphDataset`; its node splits are
+            not used: the task is over edges).
+        fanouts: neighbours per hop of the training sample (``-1``: all).
+        batch_size: positive edges per mini-batch (per rank under data parallelism).
+        num_negatives: negatives per positive edge in training, ``k``.
+        negatives: ``"uniform"``, ``"strict"`` (never a training edge) or ``"shared"``
+            (one set of ``k`` per batch); see :mod:`lightgraph.data.loader.negative_sampling`.
+        exclude_seed_edges: remove each batch's positive edges and their reverses from its
+            sample (the default; ``False`` lets the model see the edges it predicts).
+        val_ratio, test_ratio, undirected, remove_reverse: the edge split
+            (:func:`~lightgraph.data.datasets.link_split.random_link_split`).
+        eval_negatives: uniform negative destinations per validation/test query, ``K``.
+        embedding_channels: the encoder's output size (the CLI links it into the model's
+            ``out_channels``, as it links ``num_classes`` for node tasks).
+        cache_dir: where the split is cached.
+        seed: seed of the split, the training order, the samples and the negatives.
+
+    Under a data-parallel strategy every rank trains its share of each epoch's shuffled
+    positive edges (disjoint, equally many steps, at most ``N - 1`` edges left out per
+    epoch) and evaluates its share of the queries; the metrics are summed over the ranks.
+    """
+
+    def __init__(
+        self,
+        dataset: GraphDataset,
+        fanouts: Sequence[int] = (15, 10),
+        batch_size: int = 1024,
+        num_negatives: int = 1,
+        negatives: NegativeMode = "uniform",
+        exclude_seed_edges: bool = True,
+        val_ratio: float = 0.05,
+        test_ratio: float = 0.1,
+        undirected: bool | None = None,
+        remove_reverse: bool = True,
+        eval_negatives: int = 100,
+        embedding_channels: int = 64,
+        cache_dir: str = "lightgraph_cache",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(cache_dir=cache_dir)
+        owner = "LinkNeighborSamplingDataModule"
+        self.dataset = check_type(owner, "dataset", dataset, GraphDataset)
+        self.fanouts = check_fanouts(owner, list(fanouts))
+        self.batch_size = check_int(owner, "batch_size", batch_size, low=1)
+        self.negative_sampler = NegativeSampler(
+            check_choice(owner, "negatives", negatives, NEGATIVE_MODES),
+            check_num_negatives(owner, num_negatives),
+        )
+        self.exclude_seed_edges = check_bool(owner, "exclude_seed_edges", exclude_seed_edges)
+        for name, value in (("val_ratio", val_ratio), ("test_ratio", test_ratio)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise ValueError(
+                    f"{owner}: expected `{name}` in (0, 1) (evaluation needs query edges) but got "
+                    f"{value!r}."
+                )
+        self.val_ratio, self.test_ratio = float(val_ratio), float(test_ratio)
+        self.undirected = (
+            None if undirected is None else check_bool(owner, "undirected", undirected)
+        )
+        self.remove_reverse = check_bool(owner, "remove_reverse", remove_reverse)
+        if (
+            isinstance(eval_negatives, bool)
+            or not isinstance(eval_negatives, int)
+            or eval_negatives < 1
+        ):
+            raise ValueError(
+                f"{owner}: MRR and Hits@K rank every query against negatives: expected "
+                f"`eval_negatives` to be an integer >= 1 but got {eval_negatives!r}."
+            )
+        self.eval_negatives = eval_negatives
+        self.embedding_channels = check_int(owner, "embedding_channels", embedding_channels, low=1)
+        self.seed = int(seed)
+        self.split: LinkSplit | None = None
+        self._graphs: dict[str, tuple[Tensor, Tensor]] = {}
+        self._x: Tensor | None = None
+        self._known: KnownEdges | None = None
+        self._train_loader: LinkNeighborSamplingLoader | None = None
+
+    @property
+    def num_outputs(self) -> int:
+        """The encoder's output size (``embedding_channels``), linked into the model."""
+        return self.embedding_channels
+
+    # --------------------------------------------------------------- CachedDataModule
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "format": _CACHE_FORMAT,
+            "dataset": self.dataset.fingerprint(),
+            "val_ratio": self.val_ratio,
+            "test_ratio": self.test_ratio,
+            "undirected": self.undirected,
+            "remove_reverse": self.remove_reverse,
+            "seed": self.seed,
+        }
+
+    def cache_name(self) -> str:
+        return f"LinkSplit-{type(self.dataset).__name__}"
+
+    def build(self, writer: CacheWriter) -> dict[str, Any]:
+        start = time.perf_counter()
+        data = ensure_edge_index(self.dataset.load())
+        split = random_link_split(
+            data.edge_index,
+            int(data.num_nodes),
+            self.val_ratio,
+            self.test_ratio,
+            undirected=self.undirected,
+            remove_reverse=self.remove_reverse,
+            seed=self.seed,
+        )
+        writer.save("x.pt", data.x.contiguous())
+        writer.save(
+            "split.pt",
+            {
+                "num_nodes": split.num_nodes,
+                "undirected": split.undirected,
+                "remove_reverse": split.remove_reverse,
+                "train": split.train,
+                "val": split.val,
+                "test": split.test,
+                "other": split.other,
+                "graph_keys": split.graph_keys,
+            },
+        )
+        for name in ("train", "test"):  # validation passes messages over the training graph
+            indptr, indices = to_csc(split.message_edges(name), split.num_nodes)
+            writer.save(f"{name}_csc.pt", {"indptr": indptr, "indices": indices})
+        return {
+            "num_nodes": split.num_nodes,
+            "undirected": split.undirected,
+            "edges": {s: int(split.positives(s).size(1)) for s in ("train", "val", "test")},
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+
+    def load(self, cache: CacheReader, rank: int, world_size: int) -> None:
+        self._x = cache.load("x.pt")
+        self.split = LinkSplit(**cache.load("split.pt"))
+        for name in ("train", "test"):
+            csc = cache.load(f"{name}_csc.pt")
+            self._graphs[name] = (csc["indptr"], csc["indices"])
+        self._graphs["val"] = self._graphs["train"]
+
+    def is_loaded(self) -> bool:
+        return self.split is not None
+
+    # --------------------------------------------------------------------- loaders
+    def _loaded_split(self) -> LinkSplit:
+        if self.split is None:
+            raise RuntimeError(
+                "LinkNeighborSamplingDataModule: the split is not loaded yet; call `setup()` "
+                "(the Trainer does) before asking for data."
+            )
+        return self.split
+
+    def known_edges(self) -> KnownEdges:
+        """The edges ``"strict"`` negatives avoid: the training graph's (no held-out edge is
+        revealed by never being drawn)."""
+        if self._known is None:
+            split = self._loaded_split()
+            edges = torch.cat([split.message_edges("train"), split.train.flip(0)], dim=1)
+            self._known = KnownEdges(edges, split.num_nodes)
+        return self._known
+
+    def train_loader(self) -> LinkNeighborSamplingLoader:
+        """The (single, stateful) training loader of this rank's :attr:`data_shard`."""
+        split = self._loaded_split()
+        rank, world_size = self.data_shard
+        loader = self._train_loader
+        if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
+            indptr, indices = self._graphs["train"]
+            assert self._x is not None
+            self._train_loader = LinkNeighborSamplingLoader(
+                indptr,
+                indices,
+                self._x,
+                split.train,
+                self.fanouts,
+                self.batch_size,
+                self.negative_sampler,
+                known=self.known_edges() if self.negative_sampler.mode == "strict" else None,
+                exclude=self.exclude_seed_edges,
+                seed=self.seed,
+                rank=rank,
+                world_size=world_size,
+            )
+        return self._train_loader
+
+    def eval_batch(self, split_name: str) -> LinkEvalBatch:
+        """The evaluation batch of ``"val"`` or ``"test"``."""
+        split = self._loaded_split()
+        indptr, indices = self._graphs[split_name]
+        pos = split.positives(split_name)
+        assert self._x is not None
+        return LinkEvalBatch(
+            split_name,
+            indptr,
+            indices,
+            self._x,
+            pos[0],
+            pos[1],
+            num_negatives=self.eval_negatives,
+            seed=self.seed,
+        )
+
+    def loader(self, split: str) -> Iterable[Any]:
+        if split == "train":
+            return self.train_loader()
+        return FixedBatchLoader([self.eval_batch("test" if split == "predict" else split)])
+
+    def io_stats(self) -> dict[str, float]:
+        """The training loader's counters (``targets`` are positive edges)."""
+        return {} if self._train_loader is None else self._train_loader.stats_dict()

@@ -1,0 +1,137 @@
+"""LinkPredictor: decoders, losses, chunked evaluation against a dense reference, training."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch_geometric.nn.models import GraphSAGE
+from torch_geometric.utils import to_undirected
+
+from lightgraph.data import LinkNeighborSamplingDataModule, SyntheticGraph
+from lightgraph.data.batch import LinkEvalBatch
+from lightgraph.functional.neighbor_sampling import to_csc
+from lightgraph.models import LinkPredictor
+from lightgraph.nn.link_decoders import DistMultDecoder, DotDecoder, MLPDecoder
+
+
+def _eval_batch(n=90, q=37, k=11, given=False, seed=0) -> LinkEvalBatch:
+    gen = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n, (2, 400), generator=gen)
+    ei = to_undirected(ei[:, ei[0] != ei[1]], num_nodes=n)
+    indptr, indices = to_csc(ei, n)
+    src, dst = torch.randint(0, n, (q,), generator=gen), torch.randint(0, n, (q,), generator=gen)
+    neg = torch.randint(0, n, (q, k), generator=gen) if given else None
+    return LinkEvalBatch(
+        "val", indptr, indices, torch.randn(n, 5, generator=gen), src, dst, neg, k, seed=3
+    )
+
+
+@pytest.mark.parametrize("decoder", ["dot", "mlp"])
+@pytest.mark.parametrize("given", [False, True])
+def test_chunked_ranking_equals_the_dense_score_matrix(decoder, given):
+    torch.manual_seed(0)
+    batch = _eval_batch(given=given)
+    module = LinkPredictor(GraphSAGE(5, 8, 2, 6), decoder=decoder, eval_memory_budget=1)
+    module.eval()
+    h = module.node_embeddings(batch)
+    assert module.query_chunk(batch.num_negatives, 6) == 1  # one query at a time
+    chunked = module.rank_queries(h, batch)
+    # Dense reference: every score at once, ranks by OGB's rule.
+    neg = batch.negatives(0, batch.num_queries)
+    with torch.no_grad():
+        scores = module.decoder(
+            h[batch.src].unsqueeze(1), h[torch.cat([batch.dst[:, None], neg], 1)]
+        )
+    pos, negs = scores[:, 0], scores[:, 1:]
+    want = 1 + 0.5 * ((negs > pos[:, None]).sum(1) + (negs >= pos[:, None]).sum(1)).double()
+    torch.testing.assert_close(chunked, want)
+    big = LinkPredictor(module.model, decoder=module.decoder, eval_memory_budget=1 << 30)
+    torch.testing.assert_close(big.rank_queries(h, batch), want)
+
+
+def test_layerwise_embeddings_equal_the_full_graph_forward():
+    torch.manual_seed(1)
+    batch = _eval_batch()
+    model = GraphSAGE(5, 8, 2, 6)
+    module = LinkPredictor(model, inference_chunk_size=7)
+    h = module.node_embeddings(batch)
+    counts = batch.indptr[1:] - batch.indptr[:-1]
+    dst = torch.repeat_interleave(torch.arange(batch.num_nodes), counts)
+    model.eval()
+    with torch.no_grad():
+        want = model(batch.x, torch.stack([batch.indices, dst]))
+    torch.testing.assert_close(h, want, rtol=1e-5, atol=1e-6)
+
+
+def test_drawn_negatives_do_not_depend_on_the_chunking():
+    batch = _eval_batch(n=50, q=3000, k=4)
+    whole = batch.negatives(0, 3000)
+    parts = torch.cat([batch.negatives(a, min(a + 777, 3000)) for a in range(0, 3000, 777)])
+    assert torch.equal(whole, parts) and whole.shape == (3000, 4)
+    assert int(whole.min()) >= 0 and int(whole.max()) < 50
+
+
+def test_decoders_broadcast_and_distmult_uses_the_relation():
+    h_src, h_neg = torch.randn(4, 1, 6), torch.randn(4, 3, 6)
+    assert DotDecoder()(h_src, h_neg).shape == (4, 3)
+    assert MLPDecoder(6, 8)(h_src, h_neg).shape == (4, 3)
+    dm = DistMultDecoder(6, num_relations=2)
+    rel = torch.tensor([0, 1, 1, 0]).view(-1, 1)
+    got = dm(h_src, h_neg, rel)
+    want = (h_src * dm.relation[rel] * h_neg).sum(-1)
+    torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match=r"relation types in \[0, 1\]"):
+        dm(h_src, h_neg, torch.full((4, 1), 2))
+    with pytest.raises(ValueError, match="`rel`"):
+        dm(h_src, h_neg)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(decoder="cosine"), ValueError, r"`decoder`.*'dot', 'mlp'.*cosine"),
+        (dict(loss="hinge"), ValueError, r"`loss`.*bce.*softmax"),
+        (dict(eval_memory_budget=0), ValueError, r"`eval_memory_budget`"),
+        (dict(hits_k=[0]), ValueError, r"`hits_k`"),
+    ],
+)
+def test_bad_module_arguments_are_named(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        LinkPredictor(GraphSAGE(4, 8, 2, 8), **kwargs)
+
+
+def test_an_evaluation_without_negatives_is_an_error():
+    batch = _eval_batch()
+    with pytest.raises(ValueError, match=r"ranking needs negatives.*num_negatives=0"):
+        LinkEvalBatch("val", batch.indptr, batch.indices, batch.x, batch.src, batch.dst, None, 0)
+
+
+def _trainer(**kwargs) -> pl.Trainer:
+    args = dict(
+        max_epochs=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    args.update(kwargs)
+    return pl.Trainer(**args)
+
+
+def test_training_learns_to_rank_the_held_out_edges(tmp_path):
+    """On the offline graph the held-out edges are predictable from structure and features:
+    after a few epochs the test MRR is far above chance (about 1/K * H(K) for K=20)."""
+    ds = SyntheticGraph(num_nodes=1500, avg_degree=8, num_features=16, seed=0)
+    dm = LinkNeighborSamplingDataModule(
+        ds, fanouts=[5, 5], batch_size=256, eval_negatives=20, cache_dir=str(tmp_path)
+    )
+    torch.manual_seed(0)
+    module = LinkPredictor(GraphSAGE(16, 32, 2, dm.num_outputs), lr=0.01)
+    trainer = _trainer()
+    trainer.fit(module, dm)
+    trainer.test(module, dm, verbose=False)
+    chance = sum(1 / r for r in range(1, 22)) / 21  # a random rank among 21
+    assert float(trainer.callback_metrics["test_mrr"]) > 2 * chance
+    assert dm.io_stats()["targets"] == 4 * dm.split.train.size(1)
