@@ -37,12 +37,36 @@ def test_recipe_parses_and_instantiates(recipe: str, tmp_path) -> None:
     cli = build_cli(["--config", recipe, *extra], run=False)
     data = cli.datamodule
     model = cli.model
-    # Linked sizes reach the model.
-    assert model.hparams.num_classes == data.num_classes
+    # Linked sizes reach the model (a link predictor has no classes: its encoder's
+    # output size is the data module's `num_outputs`).
+    if "num_classes" in model.hparams:
+        assert model.hparams.num_classes == data.num_classes
     outputs = getattr(data, "num_outputs", data.num_classes)
     weights = [p for p in model.model.parameters() if p.dim() == 2]
     assert any(w.shape[1] == data.num_features for w in weights)
     assert any(w.shape[0] == outputs for w in weights)
+
+
+def test_the_link_recipe_trains_and_ranks_held_out_edges(tmp_path) -> None:
+    recipe = os.path.join(ROOT, "recipes", "link_ns.yaml")
+    cli = build_cli(
+        [
+            "fit",
+            "--config",
+            recipe,
+            "--data.init_args.dataset.init_args.num_nodes=400",
+            "--data.init_args.batch_size=128",
+            "--data.init_args.eval_negatives=20",
+            f"--data.init_args.cache_dir={tmp_path}",
+            "--trainer.max_epochs=2",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    metrics = cli.trainer.callback_metrics
+    assert {"val_mrr", "val_hits@10", "train_loss"} <= set(metrics)
+    assert 0 < float(metrics["val_mrr"]) <= 1
+    assert cli.model.model.out_channels == cli.datamodule.num_outputs == 64
 
 
 def test_graph_regression_links_one_output(tmp_path) -> None:
