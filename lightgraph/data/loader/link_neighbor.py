@@ -77,15 +77,19 @@ def sample_link_minibatch(
     node, row, col = sample.node, sample.row, sample.col
     per_hop = list(sample.num_sampled_edges)
     if exclude and row.numel() and b:
-        excluded = torch.cat([src * num_nodes + dst, dst * num_nodes + src])
-        keys = node.index_select(0, row) * num_nodes + node.index_select(0, col)
-        keep = ~torch.isin(keys, excluded)
-        if not bool(keep.all()):
+        # A positive edge joins two seed nodes, and only hop 1 has seed destinations (the
+        # seeds are expanded at hop 1 only): the candidates are hop 1's edges from a seed.
+        size = seeds.numel()
+        first = per_hop[0]
+        cand = (row[:first] < size).nonzero().view(-1)
+        local_src, local_dst = inverse[:b], inverse[b : 2 * b]
+        excluded = torch.cat([local_src * size + local_dst, local_dst * size + local_src])
+        hit = cand[torch.isin(row[cand] * size + col[cand], excluded)]
+        if hit.numel():
+            keep = torch.ones(row.numel(), dtype=torch.bool)
+            keep[hit] = False
             row, col = row[keep], col[keep]
-            hop = torch.repeat_interleave(
-                torch.arange(len(per_hop)), torch.tensor(per_hop), output_size=keep.numel()
-            )
-            per_hop = torch.bincount(hop[keep], minlength=len(per_hop)).tolist()
+            per_hop = [first - int(hit.numel()), *per_hop[1:]]
     data = Data(x=gather_rows(x, node, memory_mapped), edge_index=torch.stack([row, col]))
     data.n_id = node if node_ids is None else node_ids[node]
     data.batch_size = int(seeds.numel())
