@@ -91,7 +91,7 @@ class LinkEvalBatch:
 
     Negatives are either given (``neg``, ``[Q, K]``: e.g. OGB's 1,000 per positive) or
     drawn: ``num_negatives`` uniform destinations per query, from a generator keyed by
-    ``(seed, split, block)`` for fixed blocks of :attr:`NEGATIVE_BLOCK` queries, so they
+    ``(seed, split, block)`` for fixed blocks of :attr:`NEGATIVE_BLOCK` (256) queries, so they
     never depend on how the scoring is chunked and never need ``Q * K`` memory.
 
     Attributes:
@@ -104,7 +104,7 @@ class LinkEvalBatch:
         seed: seed of the drawn negatives.
     """
 
-    NEGATIVE_BLOCK = 1024
+    NEGATIVE_BLOCK = 256
 
     def __init__(
         self,
@@ -154,20 +154,39 @@ class LinkEvalBatch:
     def num_queries(self) -> int:
         return int(self.src.numel())
 
-    def negatives(self, start: int, stop: int) -> Tensor:
-        """``[stop - start, K]`` negative destinations of queries ``[start, stop)``."""
+    def negatives(self, start: int, stop: int, out: Tensor | None = None) -> Tensor:
+        """``[stop - start, K]`` negative destinations of queries ``[start, stop)``
+        (written into ``out``, an ``int64`` tensor of at least that many rows, when given:
+        evaluation reuses one buffer instead of allocating a block per chunk)."""
+        rows = max(stop - start, 0)
         if self.neg is not None:
-            return self.neg[start:stop]
-        if stop <= start:
-            return torch.empty(0, self.num_negatives, dtype=torch.long)
+            if out is None:
+                return self.neg[start:stop]
+            return out[:rows].copy_(self.neg[start:stop])
+        dest = (
+            out[:rows]
+            if out is not None
+            else torch.empty(rows, self.num_negatives, dtype=torch.long)
+        )
         block = self.NEGATIVE_BLOCK
-        parts = []
-        for b in range(start // block, (stop + block - 1) // block):
+        for b in range(start // block, (stop + block - 1) // block) if rows else ():
             lo, hi = b * block, min((b + 1) * block, self.num_queries)
             gen = make_generator(self.seed, "eval-negatives", self.split, b)
-            drawn = torch.randint(0, self.num_nodes, (hi - lo, self.num_negatives), generator=gen)
-            parts.append(drawn[max(start, lo) - lo : min(stop, hi) - lo])
-        return torch.cat(parts)
+            a, z = max(start, lo), min(stop, hi)
+            if (a, z) == (lo, hi):  # a whole block: drawn straight into place
+                torch.randint(
+                    0,
+                    self.num_nodes,
+                    (hi - lo, self.num_negatives),
+                    generator=gen,
+                    out=dest[a - start : z - start],
+                )
+            else:
+                drawn = torch.randint(
+                    0, self.num_nodes, (hi - lo, self.num_negatives), generator=gen
+                )
+                dest[a - start : z - start] = drawn[a - lo : z - lo]
+        return dest
 
     def __repr__(self) -> str:
         return (

@@ -200,11 +200,24 @@ class LinkPredictor(pl.LightningModule):
             model.train(was_training)
 
     def query_chunk(self, num_negatives: int, channels: int) -> int:
-        """Queries scored at once within ``eval_memory_budget``: each holds its ``K``
-        negatives' embeddings, its source's and destination's, and ``K`` scores three times
-        (the scores and the two comparisons)."""
-        per_query = 4 * ((num_negatives + 2) * channels + 3 * num_negatives) + 8 * num_negatives
-        return max(1, int(self.hparams.eval_memory_budget) // per_query)
+        """Queries scored at once within ``eval_memory_budget``. Per query: the ``K + 1``
+        destination ids (twice, ``int64``), their gathered embeddings, the decoder's
+        intermediates (:meth:`~lightgraph.nn.link_decoders.LinkDecoder.pair_bytes`), the
+        scores and the two comparisons of the ranking; and the source's embedding. The
+        buffer of negative ids holds one block (``LinkEvalBatch.NEGATIVE_BLOCK x K``
+        int64) when the chunk is smaller: the floor of the budget. The ranks (8 bytes per
+        query) are the output."""
+        pairs = num_negatives + 1
+        per_pair = 16 + 4 * channels + self.decoder.pair_bytes(channels) + 4 + 2
+        per_query = pairs * per_pair + 4 * channels + 8 * num_negatives  # + its negative ids
+        # 15 % of the budget is left to what the count does not model (allocator slack,
+        # small temporaries); measured in benchmarks/bench_link_eval_memory.py.
+        budget = int(self.hparams.eval_memory_budget) * 85 // 100
+        chunk = budget // per_query
+        block = LinkEvalBatch.NEGATIVE_BLOCK
+        if chunk < block:  # the negative ids are held a whole block at a time
+            chunk = (budget - 8 * num_negatives * block) // (per_query - 8 * num_negatives)
+        return max(1, chunk)
 
     @torch.no_grad()
     def rank_queries(
@@ -213,19 +226,36 @@ class LinkPredictor(pl.LightningModule):
         """``[stop - start]`` ranks of queries ``[start, stop)`` among their negatives,
         scored chunk by chunk within ``eval_memory_budget``."""
         stop = batch.num_queries if stop is None else stop
-        chunk = self.query_chunk(batch.num_negatives, int(h.size(1)))
-        ranks = []
-        for lo in range(start, stop, chunk):
-            hi = min(lo + chunk, stop)
-            # The positive is scored in the same call as its negatives: a negative that is
-            # the positive's own destination then gets the very same score (a tie).
-            dst = torch.cat([batch.dst[lo:hi].view(-1, 1), batch.negatives(lo, hi)], dim=1)
-            h_src = h[batch.src[lo:hi]].to(self.device).unsqueeze(1)
-            scores = self.score(h_src, h[dst].to(self.device))
-            ranks.append(link_ranks(scores[:, 0], scores[:, 1:]))
-        if not ranks:
+        if stop <= start:
             return torch.empty(0, dtype=torch.float64, device=self.device)
-        return torch.cat(ranks)
+        channels, pairs = int(h.size(1)), batch.num_negatives + 1
+        chunk = min(self.query_chunk(batch.num_negatives, channels), stop - start)
+        # Drawn negatives come in blocks: read whole blocks (several per chunk, or one
+        # block split into chunks), so no block is drawn twice.
+        block = batch.NEGATIVE_BLOCK
+        step = chunk // block * block if chunk >= block else block
+        # One buffer of each kind for every chunk: a fresh [chunk, K + 1, D] tensor per
+        # chunk fragments the heap (the allocator keeps what it cannot reuse).
+        negatives = torch.empty(min(step, stop - start), batch.num_negatives, dtype=torch.long)
+        ids_buffer = torch.empty(chunk, pairs, dtype=torch.long)
+        gathered = torch.empty(chunk * pairs, channels, dtype=h.dtype, device=h.device)
+        ranks = torch.empty(stop - start, dtype=torch.float64, device=self.device)
+        for lo in range(start, stop, step):
+            hi = min(lo + step, stop)
+            neg = batch.negatives(lo, hi, out=negatives)
+            for a in range(lo, hi, chunk):
+                b = min(a + chunk, hi)
+                # The positive is scored in the same call as its negatives: a negative
+                # that is the positive's own destination then gets the same score (a tie).
+                ids = ids_buffer[: b - a]
+                ids[:, 0] = batch.dst[a:b]
+                ids[:, 1:] = neg[a - lo : b - lo]
+                emb = gathered[: (b - a) * pairs]
+                torch.index_select(h, 0, ids.view(-1), out=emb)
+                h_src = h[batch.src[a:b]].to(self.device).unsqueeze(1)
+                scores = self.score(h_src, emb.view(b - a, pairs, channels).to(self.device))
+                ranks[a - start : b - start] = link_ranks(scores[:, 0], scores[:, 1:])
+        return ranks
 
     def _query_share(self, num_queries: int) -> tuple[int, int]:
         """This rank's ``[start, stop)`` of the queries under data parallelism."""

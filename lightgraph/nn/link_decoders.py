@@ -28,12 +28,20 @@ class LinkDecoder(nn.Module):
     def forward(self, h_src: Tensor, h_dst: Tensor, rel: Tensor | None = None) -> Tensor:
         raise NotImplementedError
 
+    def pair_bytes(self, channels: int) -> int:
+        """Bytes of intermediate tensors per scored pair (beyond the two embeddings and the
+        score) when one source is scored against many destinations: what evaluation's
+        memory budget must leave room for."""
+        return 0
+
 
 class DotDecoder(LinkDecoder):
     """``score(u, v) = <h_u, h_v>``."""
 
     def forward(self, h_src: Tensor, h_dst: Tensor, rel: Tensor | None = None) -> Tensor:
-        return (h_src * h_dst).sum(-1)
+        # A contraction: no [..., K, D] product tensor is materialised for [..., 1, D]
+        # sources against [..., K, D] destinations.
+        return torch.einsum("...d,...d->...", h_src, h_dst)
 
 
 class MLPDecoder(LinkDecoder):
@@ -65,9 +73,14 @@ class MLPDecoder(LinkDecoder):
                 layers += [nn.ReLU(), nn.Dropout(dropout)]
             layers.append(nn.Linear(sizes[i], sizes[i + 1]))
         self.mlp = nn.Sequential(*layers)
+        self._hidden = [hidden_channels] * (num_layers - 1)
 
     def forward(self, h_src: Tensor, h_dst: Tensor, rel: Tensor | None = None) -> Tensor:
         return self.mlp(h_src * h_dst).squeeze(-1)
+
+    def pair_bytes(self, channels: int) -> int:
+        # The product, and per hidden layer its output, ReLU and dropout copies.
+        return 4 * (channels + 3 * sum(self._hidden))
 
 
 class DistMultDecoder(LinkDecoder):
@@ -101,4 +114,7 @@ class DistMultDecoder(LinkDecoder):
         r = self.relation[rel]
         while r.dim() < h_src.dim():
             r = r.unsqueeze(-2)
-        return (h_src * r * h_dst).sum(-1)
+        return torch.einsum("...d,...d->...", h_src * r, h_dst)
+
+    def pair_bytes(self, channels: int) -> int:
+        return 4 * channels  # h_src * r, when the sources are as many as the pairs

@@ -67,7 +67,6 @@ def sample_link_minibatch(
         ``Data(x, edge_index, n_id, batch_size, num_sampled_nodes, num_sampled_edges, src,
         dst, neg)``.
     """
-    num_nodes = indptr.numel() - 1
     src, dst = pos[0].long(), pos[1].long()
     seeds, inverse = torch.unique(torch.cat([src, dst, neg.reshape(-1)]), return_inverse=True)
     b = src.numel()
