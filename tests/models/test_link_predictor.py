@@ -135,3 +135,66 @@ def test_training_learns_to_rank_the_held_out_edges(tmp_path):
     chance = sum(1 / r for r in range(1, 22)) / 21  # a random rank among 21
     assert float(trainer.callback_metrics["test_mrr"]) > 2 * chance
     assert dm.io_stats()["targets"] == 4 * dm.split.train.size(1)
+
+
+class _SaveMetrics(pl.Callback):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import json
+
+        share = pl_module._query_share(batch.num_queries)
+        with open(f"{self.path}.rank{trainer.global_rank}", "w") as f:
+            json.dump(share, f)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        import json
+
+        if trainer.global_rank == 0:
+            metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            with open(self.path, "w") as f:
+                json.dump(metrics, f)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_two_ranks_log_the_metrics_of_all_queries(tmp_path):
+    """Under DDP each rank ranks its share of the queries; the logged MRR and Hits@K are
+    those of all the queries, as one process computes them (lr 0: the weights stay put)."""
+    import json
+    import warnings
+
+    ds = SyntheticGraph(num_nodes=500, avg_degree=6, num_features=8, seed=2)
+    dm = LinkNeighborSamplingDataModule(
+        ds, fanouts=[3, 3], batch_size=64, eval_negatives=15, cache_dir=str(tmp_path / "c")
+    )
+    torch.manual_seed(0)
+    module = LinkPredictor(GraphSAGE(8, 16, 2, dm.num_outputs), lr=0.0, hits_k=(1, 5))
+    path = str(tmp_path / "metrics.json")
+    trainer = _trainer(
+        max_epochs=1, accelerator="cpu", devices=2, strategy="ddp_fork",
+        callbacks=[_SaveMetrics(path)],
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, dm)
+    with open(path) as f:
+        logged = json.load(f)
+    # The reference: one process, the same (untrained) weights, every query.
+    dm.prepare_data()
+    dm.setup("fit")
+    batch = dm.eval_batch("val")
+    ranks = module.rank_queries(module.node_embeddings(batch), batch)
+    assert ranks.numel() == dm.split.val.size(1)
+    shares = []
+    for rank in range(2):  # the ranks' shares partition the queries
+        with open(f"{path}.rank{rank}") as f:
+            shares.append(tuple(json.load(f)))
+    assert shares[0][0] == 0 and shares[0][1] == shares[1][0] and shares[1][1] == ranks.numel()
+    assert shares[0][1] < ranks.numel()
+    assert logged["val_mrr"] == pytest.approx(float((1 / ranks).mean()), rel=1e-5)
+    for k in (1, 5):
+        assert logged[f"val_hits@{k}"] == pytest.approx(
+            float((ranks <= k).double().mean()), rel=1e-5
+        )
