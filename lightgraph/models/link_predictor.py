@@ -18,7 +18,7 @@ global).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, get_args
 
 import lightning.pytorch as pl
@@ -205,8 +205,7 @@ class LinkPredictor(pl.LightningModule):
         intermediates (:meth:`~lightgraph.nn.link_decoders.LinkDecoder.pair_bytes`), the
         scores and the two comparisons of the ranking; and the source's embedding. The
         buffer of negative ids holds one block (``LinkEvalBatch.NEGATIVE_BLOCK x K``
-        int64) when the chunk is smaller: the floor of the budget. The ranks (8 bytes per
-        query) are the output."""
+        int64) when the chunk is smaller: the floor of the budget."""
         pairs = num_negatives + 1
         per_pair = 16 + 4 * channels + self.decoder.pair_bytes(channels) + 4 + 2
         per_query = pairs * per_pair + 4 * channels + 8 * num_negatives  # + its negative ids
@@ -223,11 +222,24 @@ class LinkPredictor(pl.LightningModule):
     def rank_queries(
         self, h: Tensor, batch: LinkEvalBatch, start: int = 0, stop: int | None = None
     ) -> Tensor:
-        """``[stop - start]`` ranks of queries ``[start, stop)`` among their negatives,
-        scored chunk by chunk within ``eval_memory_budget``."""
+        """``[stop - start]`` ranks of queries ``[start, stop)`` among their negatives
+        (:meth:`iter_ranks`, concatenated: 8 bytes per query on top of the budget)."""
+        stop = batch.num_queries if stop is None else stop
+        parts = list(self.iter_ranks(h, batch, start, stop))
+        if not parts:
+            return torch.empty(0, dtype=torch.float64, device=self.device)
+        return torch.cat(parts)
+
+    @torch.no_grad()
+    def iter_ranks(
+        self, h: Tensor, batch: LinkEvalBatch, start: int = 0, stop: int | None = None
+    ) -> Iterator[Tensor]:
+        """The ranks of queries ``[start, stop)`` among their negatives, chunk by chunk,
+        each chunk sized by :meth:`query_chunk` within ``eval_memory_budget``: what
+        evaluation reduces into its metrics, so no tensor grows with the queries."""
         stop = batch.num_queries if stop is None else stop
         if stop <= start:
-            return torch.empty(0, dtype=torch.float64, device=self.device)
+            return
         channels, pairs = int(h.size(1)), batch.num_negatives + 1
         chunk = min(self.query_chunk(batch.num_negatives, channels), stop - start)
         # Drawn negatives come in blocks: read whole blocks (several per chunk, or one
@@ -239,7 +251,6 @@ class LinkPredictor(pl.LightningModule):
         negatives = torch.empty(min(step, stop - start), batch.num_negatives, dtype=torch.long)
         ids_buffer = torch.empty(chunk, pairs, dtype=torch.long)
         gathered = torch.empty(chunk * pairs, channels, dtype=h.dtype, device=h.device)
-        ranks = torch.empty(stop - start, dtype=torch.float64, device=self.device)
         for lo in range(start, stop, step):
             hi = min(lo + step, stop)
             neg = batch.negatives(lo, hi, out=negatives)
@@ -254,8 +265,7 @@ class LinkPredictor(pl.LightningModule):
                 torch.index_select(h, 0, ids.view(-1), out=emb)
                 h_src = h[batch.src[a:b]].to(self.device).unsqueeze(1)
                 scores = self.score(h_src, emb.view(b - a, pairs, channels).to(self.device))
-                ranks[a - start : b - start] = link_ranks(scores[:, 0], scores[:, 1:])
-        return ranks
+                yield link_ranks(scores[:, 0], scores[:, 1:])
 
     def _query_share(self, num_queries: int) -> tuple[int, int]:
         """This rank's ``[start, stop)`` of the queries under data parallelism."""
@@ -271,18 +281,20 @@ class LinkPredictor(pl.LightningModule):
     def _evaluate(self, batch: LinkEvalBatch, stage: str) -> None:
         was_training = self.training
         self.eval()
+        mrr, hits = self.mrr[stage], list(self.hits[stage])
+        n = 0
         try:
             h = self.node_embeddings(batch)
             start, stop = self._query_share(batch.num_queries)
-            ranks = self.rank_queries(h, batch, start, stop)
+            for ranks in self.iter_ranks(h, batch, start, stop):
+                mrr.update(ranks)
+                for metric in hits:
+                    metric.update(ranks)
+                n += int(ranks.numel())
         finally:
             self.train(was_training)
-        n = int(ranks.numel())
-        mrr = self.mrr[stage]
-        mrr.update(ranks)
         self.log(f"{stage}_mrr", mrr, prog_bar=True, batch_size=max(n, 1))
-        for metric in self.hits[stage]:
-            metric.update(ranks)
+        for metric in hits:
             self.log(f"{stage}_hits@{metric.k}", metric, batch_size=max(n, 1))
 
     def validation_step(self, batch: LinkEvalBatch, batch_idx: int) -> None:
