@@ -198,3 +198,22 @@ def test_two_ranks_log_the_metrics_of_all_queries(tmp_path):
         assert logged[f"val_hits@{k}"] == pytest.approx(
             float((ranks <= k).double().mean()), rel=1e-5
         )
+
+
+def test_an_inductive_split_evaluates_each_split_over_its_own_graph(tmp_path):
+    ds = SyntheticGraph(num_nodes=400, avg_degree=6, num_features=8, seed=4)
+    dm = LinkNeighborSamplingDataModule(
+        ds, fanouts=[3, 3], batch_size=64, split_mode="inductive", cache_dir=str(tmp_path)
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.split.inductive
+    for name in ("val", "test"):
+        batch = dm.eval_batch(name)
+        assert int(batch.indices.numel()) == dm.split.message_edges(name).size(1)
+    assert dm.eval_batch("val").indices.numel() > dm.train_loader().indices.numel()
+    torch.manual_seed(0)
+    module = LinkPredictor(GraphSAGE(8, 16, 2, dm.num_outputs))
+    trainer = _trainer(max_epochs=1)
+    trainer.fit(module, dm)
+    assert 0 < float(trainer.callback_metrics["val_mrr"]) <= 1

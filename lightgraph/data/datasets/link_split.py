@@ -28,11 +28,13 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
-from lightgraph.utilities.checks import check_bool, check_graph_edge_index, check_int
+from lightgraph.utilities.checks import check_bool, check_choice, check_graph_edge_index, check_int
 from lightgraph.utilities.random_state import make_generator
 
 LinkSplitName = Literal["train", "val", "test"]
 LINK_SPLITS: tuple[str, ...] = get_args(LinkSplitName)
+LinkSplitMode = Literal["transductive", "inductive"]
+LINK_SPLIT_MODES: tuple[str, ...] = get_args(LinkSplitMode)
 
 
 def edge_keys(src: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
@@ -61,6 +63,10 @@ class LinkSplit:
         remove_reverse: directed graphs: an edge and its reverse are in the same split
             (checked: no unordered pair in two splits).
         graph_keys: sorted keys (:func:`edge_keys`) of every directed edge of the graph.
+        val_observed, test_observed: inductive splits: ``[2, E]`` edges of the nodes new
+            at validation (test) that the model may pass messages over from that split
+            on -- the rest of their edges are the split's positives (empty when
+            transductive).
 
     Raises:
         ValueError: ids outside ``[0, num_nodes)``, or an edge in two splits.
@@ -74,14 +80,21 @@ class LinkSplit:
     other: Tensor
     remove_reverse: bool
     graph_keys: Tensor
+    val_observed: Tensor | None = None
+    test_observed: Tensor | None = None
 
     def __post_init__(self) -> None:
         owner = "LinkSplit"
         n = self.num_nodes
-        for name in ("train", "val", "test", "other"):
+        empty = torch.empty(2, 0, dtype=torch.long)
+        if self.val_observed is None:
+            self.val_observed = empty
+        if self.test_observed is None:
+            self.test_observed = empty
+        for name in ("train", "val", "test", "other", "val_observed", "test_observed"):
             setattr(self, name, check_graph_edge_index(owner, name, getattr(self, name), n))
         seen: dict[str, Tensor] = {}
-        for name in LINK_SPLITS:
+        for name in (*LINK_SPLITS, "val_observed", "test_observed"):
             keys = self._canonical_keys(getattr(self, name))
             for other_name, other in seen.items():
                 both = keys[torch.isin(keys, other)]
@@ -116,22 +129,34 @@ class LinkSplit:
     def _both_ways(self, edges: Tensor) -> Tensor:
         return torch.cat([edges, edges.flip(0)], dim=1) if self.undirected else edges
 
+    @property
+    def inductive(self) -> bool:
+        """Whether validation and test bring nodes training never saw."""
+        return bool(self.val_observed.size(1) or self.test_observed.size(1))
+
     def message_edges(self, split: str) -> Tensor:
         """``[2, M]`` directed edges ``split``'s model passes messages over: the training
         edges (train, val) plus the validation edges (test), both directions on an
-        undirected graph, plus :attr:`other`."""
+        undirected graph, plus :attr:`other`; inductive splits add the observed edges of
+        the new nodes of validation (val, test) and of test (test)."""
         if split not in LINK_SPLITS:
             raise ValueError(
                 f"LinkSplit: expected `split` in {list(LINK_SPLITS)} but got {split!r}."
             )
-        visible = ["train"] if split in ("train", "val") else ["train", "val"]
+        visible = {
+            "train": ["train"],
+            "val": ["train", "val_observed"],
+            "test": ["train", "val", "val_observed", "test_observed"],
+        }[split]
         parts = [self._both_ways(getattr(self, s)) for s in visible] + [self.other]
         return torch.cat(parts, dim=1)
 
     def __repr__(self) -> str:
         return (
             f"LinkSplit(num_nodes={self.num_nodes}, undirected={self.undirected}, "
-            f"train={self.train.size(1)}, val={self.val.size(1)}, test={self.test.size(1)})"
+            f"train={self.train.size(1)}, val={self.val.size(1)}, test={self.test.size(1)}"
+            + (", inductive" if self.inductive else "")
+            + ")"
         )
 
 
@@ -143,8 +168,21 @@ def random_link_split(
     undirected: bool | None = None,
     remove_reverse: bool = True,
     seed: int = 0,
+    mode: LinkSplitMode = "transductive",
+    observed_ratio: float = 0.5,
 ) -> LinkSplit:
     """Split the edges of a graph at random into train / val / test positives.
+
+    ``mode="transductive"`` (PyG's ``RandomLinkSplit``): every node is seen in training,
+    ``val_ratio`` and ``test_ratio`` of the edges are held out. ``mode="inductive"`` (by
+    node): ``val_ratio`` and ``test_ratio`` of the *nodes* are new at validation and at
+    test. Training sees only the edges among the other nodes. Every edge that touches a
+    new node belongs to the split that makes it new (the later split, for an edge between
+    a validation and a test node); of those, ``observed_ratio`` are observed -- the model
+    passes messages over them from that split on -- and the rest are the split's
+    positives. So validation ranks edges of nodes the trained model never saw, given some
+    of their edges, and test the same for its own new nodes, given the validation graph
+    too.
 
     Args:
         edge_index: ``[2, E]`` directed edges (an undirected graph lists both directions).
@@ -157,6 +195,9 @@ def random_link_split(
         remove_reverse: directed graphs: split unordered pairs, so an edge and its reverse
             (where the graph has both) fall in the same split.
         seed: seed of the split.
+        mode: ``"transductive"`` or ``"inductive"``.
+        observed_ratio: inductive: fraction of a new node's edges that are observed, in
+            [0, 1).
 
     Returns:
         A :class:`LinkSplit`. Duplicate edges count once.
@@ -173,6 +214,16 @@ def random_link_split(
             f"{val_ratio} + {test_ratio} = {val_ratio + test_ratio}."
         )
     remove_reverse = check_bool(owner, "remove_reverse", remove_reverse)
+    mode = check_choice(owner, "mode", mode, LINK_SPLIT_MODES)
+    if (
+        isinstance(observed_ratio, bool)
+        or not isinstance(observed_ratio, (int, float))
+        or not 0 <= observed_ratio < 1
+    ):
+        raise ValueError(
+            f"{owner}: expected `observed_ratio` in [0, 1) (the rest of a new node's edges "
+            f"are its positives) but got {observed_ratio!r}."
+        )
     symmetric = is_symmetric(edge_index, num_nodes)
     if undirected is None:
         undirected = symmetric
@@ -198,20 +249,48 @@ def random_link_split(
         lo, hi = torch.minimum(pos[0], pos[1]), torch.maximum(pos[0], pos[1])
         unit = torch.unique(edge_keys(lo, hi, num_nodes), return_inverse=True)[1]
     count = int(unit.max()) + 1 if unit.numel() else 0
-    perm = torch.randperm(count, generator=make_generator(seed, "link-split"))
-    n_val, n_test = int(val_ratio * count), int(test_ratio * count)
-    which = torch.empty(count, dtype=torch.long)
-    which[perm[:n_val]] = 1
-    which[perm[n_val : n_val + n_test]] = 2
-    which[perm[n_val + n_test :]] = 0
-    split_of = which[unit]
-    # Each split's edges in the order of the draw (the training order of the loader is
-    # drawn again every epoch; this one only makes the split reproducible).
-    rank = torch.empty(count, dtype=torch.long)
-    rank[perm] = torch.arange(count)
-    order = torch.argsort(rank[unit], stable=True)
-    pos, split_of = pos[:, order], split_of[order]
-    train, val, test = (pos[:, split_of == k] for k in range(3))
+    gen = make_generator(seed, "link-split")
+    val_observed = test_observed = None
+    if mode == "inductive":
+        # New nodes: the first val_ratio / test_ratio of a node permutation.
+        node_perm = torch.randperm(num_nodes, generator=gen)
+        n_val, n_test = int(val_ratio * num_nodes), int(test_ratio * num_nodes)
+        stage = torch.zeros(num_nodes, dtype=torch.long)  # 0 train, 1 val, 2 test
+        stage[node_perm[:n_val]] = 1
+        stage[node_perm[n_val : n_val + n_test]] = 2
+        # An edge belongs to the latest stage of its endpoints; a unit to its edges'.
+        edge_stage = torch.maximum(stage[pos[0]], stage[pos[1]])
+        unit_stage = torch.zeros(count, dtype=torch.long).scatter_reduce_(
+            0, unit, edge_stage, reduce="amax"
+        )
+        unit_observed = torch.rand(count, generator=gen) < observed_ratio
+        which = torch.where(unit_stage == 0, 0, 2 * unit_stage - unit_observed.long())
+        split_of = which[unit]
+        perm = torch.randperm(count, generator=gen)
+        rank = torch.empty(count, dtype=torch.long)
+        rank[perm] = torch.arange(count)
+        order = torch.argsort(rank[unit], stable=True)
+        pos, split_of = pos[:, order], split_of[order]
+        # 2 * stage - observed: 1 = val observed, 2 = val positive, 3 = test observed,
+        # 4 = test positive.
+        train = pos[:, split_of == 0]
+        val_observed, val = pos[:, split_of == 1], pos[:, split_of == 2]
+        test_observed, test = pos[:, split_of == 3], pos[:, split_of == 4]
+    else:
+        perm = torch.randperm(count, generator=gen)
+        n_val, n_test = int(val_ratio * count), int(test_ratio * count)
+        which = torch.empty(count, dtype=torch.long)
+        which[perm[:n_val]] = 1
+        which[perm[n_val : n_val + n_test]] = 2
+        which[perm[n_val + n_test :]] = 0
+        split_of = which[unit]
+        # Each split's edges in the order of the draw (the training order of the loader is
+        # drawn again every epoch; this one only makes the split reproducible).
+        rank = torch.empty(count, dtype=torch.long)
+        rank[perm] = torch.arange(count)
+        order = torch.argsort(rank[unit], stable=True)
+        pos, split_of = pos[:, order], split_of[order]
+        train, val, test = (pos[:, split_of == k] for k in range(3))
     return LinkSplit(
         num_nodes=num_nodes,
         undirected=bool(undirected),
@@ -221,6 +300,8 @@ def random_link_split(
         other=other,
         remove_reverse=remove_reverse,
         graph_keys=keys,
+        val_observed=val_observed,
+        test_observed=test_observed,
     )
 
 

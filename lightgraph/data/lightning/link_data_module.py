@@ -22,7 +22,12 @@ from torch import Tensor
 
 from lightgraph.data.batch import LinkEvalBatch
 from lightgraph.data.datasets.graph_dataset import DatasetSizes, GraphDataset, ensure_edge_index
-from lightgraph.data.datasets.link_split import LinkSplit, random_link_split
+from lightgraph.data.datasets.link_split import (
+    LINK_SPLIT_MODES,
+    LinkSplit,
+    LinkSplitMode,
+    random_link_split,
+)
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
 from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.loader.link_neighbor import LinkNeighborSamplingLoader
@@ -43,7 +48,7 @@ from lightgraph.utilities.checks import (
     check_type,
 )
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 
 class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
@@ -59,8 +64,10 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             (one set of ``k`` per batch); see :mod:`lightgraph.data.loader.negative_sampling`.
         exclude_seed_edges: remove each batch's positive edges and their reverses from its
             sample (the default; ``False`` lets the model see the edges it predicts).
-        val_ratio, test_ratio, undirected, remove_reverse: the edge split
-            (:func:`~lightgraph.data.datasets.link_split.random_link_split`).
+        val_ratio, test_ratio, undirected, remove_reverse, split_mode, observed_ratio: the
+            edge split (:func:`~lightgraph.data.datasets.link_split.random_link_split`:
+            ``split_mode`` is its ``mode``, ``"transductive"`` or ``"inductive"`` by
+            node).
         eval_negatives: uniform negative destinations per validation/test query, ``K``.
         embedding_channels: the encoder's output size (the CLI links it into the model's
             ``out_channels``, as it links ``num_classes`` for node tasks).
@@ -84,6 +91,8 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         test_ratio: float = 0.1,
         undirected: bool | None = None,
         remove_reverse: bool = True,
+        split_mode: LinkSplitMode = "transductive",
+        observed_ratio: float = 0.5,
         eval_negatives: int = 100,
         embedding_channels: int = 64,
         cache_dir: str = "lightgraph_cache",
@@ -110,6 +119,8 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             None if undirected is None else check_bool(owner, "undirected", undirected)
         )
         self.remove_reverse = check_bool(owner, "remove_reverse", remove_reverse)
+        self.split_mode = check_choice(owner, "split_mode", split_mode, LINK_SPLIT_MODES)
+        self.observed_ratio = observed_ratio  # checked by random_link_split
         if (
             isinstance(eval_negatives, bool)
             or not isinstance(eval_negatives, int)
@@ -142,6 +153,8 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             "test_ratio": self.test_ratio,
             "undirected": self.undirected,
             "remove_reverse": self.remove_reverse,
+            "split_mode": self.split_mode,
+            "observed_ratio": self.observed_ratio if self.split_mode == "inductive" else None,
             "seed": self.seed,
         }
 
@@ -159,6 +172,8 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             undirected=self.undirected,
             remove_reverse=self.remove_reverse,
             seed=self.seed,
+            mode=self.split_mode,
+            observed_ratio=self.observed_ratio,
         )
         writer.save("x.pt", data.x.contiguous())
         writer.save(
@@ -172,14 +187,17 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
                 "test": split.test,
                 "other": split.other,
                 "graph_keys": split.graph_keys,
+                "val_observed": split.val_observed,
+                "test_observed": split.test_observed,
             },
         )
-        for name in ("train", "test"):  # validation passes messages over the training graph
+        for name in ("train", "val", "test"):
             indptr, indices = to_csc(split.message_edges(name), split.num_nodes)
             writer.save(f"{name}_csc.pt", {"indptr": indptr, "indices": indices})
         return {
             "num_nodes": split.num_nodes,
             "undirected": split.undirected,
+            "inductive": split.inductive,
             "edges": {s: int(split.positives(s).size(1)) for s in ("train", "val", "test")},
             "seconds": round(time.perf_counter() - start, 3),
         }
@@ -187,10 +205,9 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
     def load(self, cache: CacheReader, rank: int, world_size: int) -> None:
         self._x = cache.load("x.pt")
         self.split = LinkSplit(**cache.load("split.pt"))
-        for name in ("train", "test"):
+        for name in ("train", "val", "test"):
             csc = cache.load(f"{name}_csc.pt")
             self._graphs[name] = (csc["indptr"], csc["indices"])
-        self._graphs["val"] = self._graphs["train"]
 
     def is_loaded(self) -> bool:
         return self.split is not None

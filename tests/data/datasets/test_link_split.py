@@ -151,3 +151,44 @@ def test_overlapping_splits_are_an_error():
             remove_reverse=True,
             graph_keys=torch.empty(0, dtype=torch.long),
         )
+
+
+def test_the_transductive_split_is_the_default_and_unchanged_by_the_mode_argument():
+    ei = _random_graph(120, 700, 8)
+    a = random_link_split(ei, 120, 0.1, 0.2, seed=1)
+    b = random_link_split(ei, 120, 0.1, 0.2, seed=1, mode="transductive")
+    assert torch.equal(a.test, b.test) and not a.inductive
+
+
+def test_inductive_splits_hold_out_nodes_training_never_sees():
+    n = 300
+    ei = _random_graph(n, 2400, 9)
+    s = random_link_split(ei, n, 0.1, 0.1, seed=2, mode="inductive", observed_ratio=0.4)
+    assert s.inductive
+    train_nodes = set(s.message_edges("train").flatten().tolist()) | set(s.train.flatten().tolist())
+    new_val = set(s.val.flatten().tolist()) - train_nodes
+    new_test = set(s.test.flatten().tolist()) - train_nodes
+    assert new_val and new_test
+    # Training never touches a new node; every edge is in exactly one set.
+    everything = _pairs(ei, True)
+    parts = [s.train, s.val, s.test, s.val_observed, s.test_observed]
+    assert sum(p.size(1) for p in parts) == len(everything)
+    assert set().union(*(_pairs(p, True) for p in parts)) == everything
+    # Each split sees its new nodes' observed edges, never its positives.
+    val_graph, test_graph = _directed(s.message_edges("val")), _directed(s.message_edges("test"))
+    assert _directed(s.val_observed) <= val_graph and _directed(s.test_observed) <= test_graph
+    for edges, graph in ((s.val, val_graph), (s.test, test_graph)):
+        for u, v in edges.t().tolist():
+            assert (u, v) not in graph and (v, u) not in graph
+    assert _directed(s.val) <= test_graph  # test sees the validation graph too
+    # About observed_ratio of the new nodes' edges are observed.
+    new_edges = s.val.size(1) + s.val_observed.size(1)
+    assert abs(s.val_observed.size(1) / new_edges - 0.4) < 0.1
+
+
+def test_a_bad_split_mode_or_observed_ratio_is_named():
+    ei = _random_graph(50, 200, 1)
+    with pytest.raises(ValueError, match=r"`mode`.*transductive.*inductive"):
+        random_link_split(ei, 50, mode="by-node")
+    with pytest.raises(ValueError, match=r"`observed_ratio` in \[0, 1\)"):
+        random_link_split(ei, 50, mode="inductive", observed_ratio=1.0)
