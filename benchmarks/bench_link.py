@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cli = build_cli(
         [
             "--config",
-            os.path.join(ROOT, "recipes", "link_ns.yaml"),
+            os.path.join(ROOT, "recipes", args.recipe),
             f"--data.init_args.dataset.init_args.num_nodes={args.num_nodes}",
             f"--data.init_args.dataset.init_args.avg_degree={args.avg_degree}",
             f"--data.init_args.batch_size={args.batch_size}",
@@ -225,6 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     trainer.fit(module, dm)
     later = cb.epoch_s[1:] or cb.epoch_s
     result: dict[str, Any] = {
+        "recipe": args.recipe,
         "num_nodes": args.num_nodes,
         "avg_degree": args.avg_degree,
         "train_edges": int(dm.split.train.size(1)),
@@ -268,7 +269,8 @@ def plot(result: dict[str, Any], path: str) -> None:
         for s in run["epoch_s_all"]:
             t += s
             x.append(t)
-        label = "lightgraph NS" if name == "lightgraph" else f"DGL {run['version']}"
+        system = "JOESTAR-I" if "joestar" in result["recipe"] else "NS"
+        label = f"lightgraph {system}" if name == "lightgraph" else f"DGL {run['version']}"
         series.append({"label": label, "x": x, "y": [None, *run["val_mrr"]], "color": color})
     svg_chart(
         path,
@@ -281,6 +283,11 @@ def plot(result: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--recipe",
+        default="link_ns.yaml",
+        help="link_ns.yaml (NS) or link_joestar.yaml (JOESTAR-I over seed edges)",
+    )
     p.add_argument("--num-nodes", type=int, default=50000)
     p.add_argument("--avg-degree", type=float, default=10.0)
     p.add_argument("--batch-size", type=int, default=1024)

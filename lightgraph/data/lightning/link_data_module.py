@@ -1,6 +1,7 @@
-"""Link prediction by neighbour sampling over a graph held in memory (the NS baseline of the
-link task): an edge split, sampled training batches with negatives and seed-edge
-exclusion, and exact evaluation batches.
+"""Link prediction by neighbour sampling over a graph held in memory: an edge split, sampled
+training batches with negatives and seed-edge exclusion, and exact evaluation batches --
+one-stage (NS, the baseline of the task) or JOESTAR's two-stage large-batch sampling
+(``first_stage=LargeBatchSampler(...)``, :mod:`lightgraph.data.loader.link_multistage`).
 
 ``prepare_data`` splits the dataset's edges once (:func:`~lightgraph.data.datasets.
 link_split.random_link_split`, fingerprinted and cached like every lightgraph data
@@ -29,8 +30,16 @@ from lightgraph.data.datasets.link_split import (
     random_link_split,
 )
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
+from lightgraph.data.loader.data_parallel import DataParallelShard
+from lightgraph.data.loader.first_stage import EpochPlan, LargeBatchSampler
 from lightgraph.data.loader.fixed_batches import FixedBatchLoader
+from lightgraph.data.loader.link_multistage import (
+    LinkMacroBatch,
+    build_link_macro_batch,
+    link_stage_two,
+)
 from lightgraph.data.loader.link_neighbor import LinkNeighborSamplingLoader
+from lightgraph.data.loader.multistage import MultistageLoader, StagedStep
 from lightgraph.data.loader.negative_sampling import (
     NEGATIVE_MODES,
     KnownEdges,
@@ -68,6 +77,12 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             edge split (:func:`~lightgraph.data.datasets.link_split.random_link_split`:
             ``split_mode`` is its ``mode``, ``"transductive"`` or ``"inductive"`` by
             node).
+        first_stage: ``None`` (one-stage neighbour sampling, NS) or a
+            :class:`~lightgraph.data.loader.first_stage.LargeBatchSampler`: JOESTAR's
+            large-batch sampling over seed edges (``ratio`` of the training edges per
+            macro-batch, sampled with ``fanouts``; mini-batches sampled inside it with its
+            ``second_stage_fanouts``, all neighbours by default).
+        prefetch: with ``first_stage``, build the next macro-batch in a background thread.
         eval_negatives: uniform negative destinations per validation/test query, ``K``.
         embedding_channels: the encoder's output size (the CLI links it into the model's
             ``out_channels``, as it links ``num_classes`` for node tasks).
@@ -93,6 +108,8 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         remove_reverse: bool = True,
         split_mode: LinkSplitMode = "transductive",
         observed_ratio: float = 0.5,
+        first_stage: LargeBatchSampler | None = None,
+        prefetch: bool = True,
         eval_negatives: int = 100,
         embedding_channels: int = 64,
         cache_dir: str = "lightgraph_cache",
@@ -121,6 +138,11 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         self.remove_reverse = check_bool(owner, "remove_reverse", remove_reverse)
         self.split_mode = check_choice(owner, "split_mode", split_mode, LINK_SPLIT_MODES)
         self.observed_ratio = observed_ratio  # checked by random_link_split
+        if first_stage is not None:
+            check_type(owner, "first_stage", first_stage, LargeBatchSampler, "or None for NS")
+            first_stage.stage_two_fanouts(self.fanouts, owner)  # checked against fanouts
+        self.first_stage = first_stage
+        self.prefetch = check_bool(owner, "prefetch", prefetch)
         if (
             isinstance(eval_negatives, bool)
             or not isinstance(eval_negatives, int)
@@ -137,7 +159,9 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         self._graphs: dict[str, tuple[Tensor, Tensor]] = {}
         self._x: Tensor | None = None
         self._known: KnownEdges | None = None
-        self._train_loader: LinkNeighborSamplingLoader | None = None
+        self._train_loader: LinkNeighborSamplingLoader | MultistageLoader | None = None
+        self._train_loader_shard: DataParallelShard | None = None
+        self._plans: dict[tuple[DataParallelShard, int], EpochPlan] = {}
 
     @property
     def num_outputs(self) -> int:
@@ -230,15 +254,19 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             self._known = KnownEdges(edges, split.num_nodes)
         return self._known
 
-    def train_loader(self) -> LinkNeighborSamplingLoader:
+    def train_loader(self) -> LinkNeighborSamplingLoader | MultistageLoader:
         """The (single, stateful) training loader of this rank's :attr:`data_shard`."""
         split = self._loaded_split()
-        rank, world_size = self.data_shard
-        loader = self._train_loader
-        if loader is None or (loader.rank, loader.world_size) != (rank, world_size):
-            indptr, indices = self._graphs["train"]
-            assert self._x is not None
-            self._train_loader = LinkNeighborSamplingLoader(
+        shard = self.data_shard
+        if self._train_loader is not None and self._train_loader_shard == shard:
+            return self._train_loader
+        if self._train_loader is not None:
+            self._train_loader.close()
+        known = self.known_edges() if self.negative_sampler.mode == "strict" else None
+        indptr, indices = self._graphs["train"]
+        assert self._x is not None
+        if self.first_stage is None:
+            loader: LinkNeighborSamplingLoader | MultistageLoader = LinkNeighborSamplingLoader(
                 indptr,
                 indices,
                 self._x,
@@ -246,13 +274,92 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
                 self.fanouts,
                 self.batch_size,
                 self.negative_sampler,
-                known=self.known_edges() if self.negative_sampler.mode == "strict" else None,
+                known=known,
                 exclude=self.exclude_seed_edges,
                 seed=self.seed,
-                rank=rank,
-                world_size=world_size,
+                rank=shard.rank,
+                world_size=shard.world_size,
             )
-        return self._train_loader
+        else:
+            loader = MultistageLoader(
+                lambda epoch, k: self.build_macro_batch(epoch, k, shard),
+                lambda epoch: [m.trained for m in self._epoch_plan(epoch, shard).macros],
+                self.batch_size,
+                steps=lambda epoch: [
+                    m.steps(self.batch_size) for m in self._epoch_plan(epoch, shard).macros
+                ],
+                prefetch=self.prefetch,
+                sized=True,
+                world_size=shard.world_size,
+                dropped=lambda epoch: self._epoch_plan(epoch, shard).dropped,
+            )
+        self._train_loader, self._train_loader_shard = loader, shard
+        return loader
+
+    # ------------------------------------------------------- JOESTAR's two stages
+    def _epoch_plan(self, epoch: int, shard: DataParallelShard) -> EpochPlan:
+        """``shard``'s macro-batches of ``epoch``: LBS's plan over the training edge ids."""
+        key = (shard, epoch)
+        plan = self._plans.get(key)
+        if plan is None:
+            assert self.first_stage is not None
+            edges = torch.arange(self._loaded_split().train.size(1))
+            plan = self.first_stage.plan(edges, None, epoch, shard, self.seed, self.batch_size)
+            self._plans = {k: v for k, v in self._plans.items() if k[1] >= epoch - 1}
+            self._plans[key] = plan
+        return plan
+
+    def build_macro_batch(self, epoch: int, k: int, shard: DataParallelShard) -> LinkMacroBatch:
+        """Stage 1 of macro-batch ``k`` of ``epoch`` of ``shard``'s rank."""
+        assert self.first_stage is not None and self._x is not None
+        split = self._loaded_split()
+        indptr, indices = self._graphs["train"]
+        stream = (epoch, k) if shard.world_size == 1 else (epoch, k, "rank", shard.rank)
+        return build_link_macro_batch(
+            (indptr, indices, self._x),
+            split.train,
+            self._epoch_plan(epoch, shard).macros[k],
+            self.fanouts,
+            self.negative_sampler,
+            self.seed,
+            stream,
+            self.batch_size,
+            known=self.known_edges() if self.negative_sampler.mode == "strict" else None,
+            num_threads=self.first_stage.num_sampler_threads,
+            epoch=epoch,
+            index=k,
+        )
+
+    def stage_two(self, step: StagedStep) -> Any:
+        """The mini-batch ``Data`` of a staged step, sampled inside its macro-batch."""
+        assert self.first_stage is not None
+        shard = self._train_loader_shard
+        rank = None if shard is None or shard.world_size == 1 else shard.rank
+        fanouts = self.first_stage.stage_two_fanouts(self.fanouts)
+        return link_stage_two(
+            step.macro, step.step, fanouts, self.seed, rank, exclude=self.exclude_seed_edges
+        )
+
+    def train_dataloader(self) -> Any:
+        loader = super().train_dataloader()
+        if isinstance(loader, MultistageLoader):
+            # The position moves when a step reaches the model, not when Lightning fetches.
+            loader.handover = "reported" if self.trainer is not None else "on-yield"
+        return loader
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if isinstance(batch, StagedStep):
+            loader = self._train_loader
+            if loader is not None and loader.handover == "reported":
+                loader.hand_over()
+            # Stage 2 on the host; the sampled batch then moves to the device.
+            return self.stage_two(batch)
+        return batch
+
+    def teardown(self, stage: str) -> None:
+        if self._train_loader is not None:
+            self._train_loader.close()
+        super().teardown(stage)
 
     def eval_batch(self, split_name: str) -> LinkEvalBatch:
         """The evaluation batch of ``"val"`` or ``"test"``."""
