@@ -22,7 +22,6 @@ from lightgraph.data.datasets.text_graph import (
     require_lm,
 )
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
-from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.store.cache import CacheReader, CacheWriter
 from lightgraph.utilities.checks import (
     check_bool,
@@ -58,6 +57,10 @@ class _NodeTokens:
             "attention_mask": self.attention_mask[node].long(),
             "y": self.y[node],
         }
+
+
+def _identity(item: Any) -> Any:
+    return item
 
 
 class TextGraphDataModule(DatasetSizes, CachedDataModule):
@@ -232,9 +235,12 @@ class TextGraphDataModule(DatasetSizes, CachedDataModule):
     def is_loaded(self) -> bool:
         return self._graph is not None
 
-    def loader(self, split: str) -> DataLoader | FixedBatchLoader[Data]:
+    def loader(self, split: str) -> DataLoader:
         if self.serve == "graph":
-            return FixedBatchLoader([self.graph()])
+            # A torch DataLoader, not FixedBatchLoader: its iterator draws a seed from
+            # torch's global generator every epoch, and UniTG's dropout stream (its recipes'
+            # results, bit for bit) depends on that draw.
+            return DataLoader([self.graph()], batch_size=None, collate_fn=_identity)
         if split == "predict":
             return self.lm_dataloader("all", shuffle=False)
         return self.lm_dataloader(split, shuffle=split == "train")
