@@ -71,3 +71,29 @@ def test_shared_negative_hits_equal_ogb(k):
 def test_bad_shapes_are_named():
     with pytest.raises(ValueError, match=r"`pos` \[Q\] and `neg` \[Q, K\]"):
         link_ranks(torch.zeros(3), torch.zeros(4, 2))
+
+
+@pytest.mark.parametrize("levels", [None, 4])
+def test_equal_to_ogbs_own_evaluator_where_it_is_installed(levels):
+    """The formulas above, against OGB's ``Evaluator`` itself (optional: ``pip install ogb``)."""
+    evaluate = pytest.importorskip("ogb.linkproppred")
+    rng = np.random.default_rng(3)
+    pos, neg = rng.standard_normal(400), rng.standard_normal((400, 30))
+    if levels:
+        pos, neg = np.round(pos * levels) / levels, np.round(neg * levels) / levels
+    out = evaluate.Evaluator("ogbl-citation2").eval(
+        {"y_pred_pos": torch.from_numpy(pos), "y_pred_neg": torch.from_numpy(neg)}
+    )
+    ranks = link_ranks(torch.from_numpy(pos), torch.from_numpy(neg))
+    assert float((1 / ranks).mean()) == pytest.approx(float(out["mrr_list"].mean()), rel=1e-6)
+    for cut in (1, 3, 10):
+        want = float(out[f"hits@{cut}_list"].mean())
+        assert float((ranks <= cut).double().mean()) == pytest.approx(want, rel=1e-6)
+    shared = rng.standard_normal(200)
+    collab = evaluate.Evaluator("ogbl-collab")  # Hits@50 against shared negatives
+    want = collab.eval(
+        {"y_pred_pos": torch.from_numpy(pos), "y_pred_neg": torch.from_numpy(shared)}
+    )
+    assert hits_at_k_shared(torch.from_numpy(pos), torch.from_numpy(shared), 50) == pytest.approx(
+        want["hits@50"]
+    )
