@@ -94,6 +94,11 @@ class LinkEvalBatch:
     ``(seed, split, block)`` for fixed blocks of :attr:`NEGATIVE_BLOCK` (256) queries, so they
     never depend on how the scoring is chunked and never need ``Q * K`` memory.
 
+    A third kind, ``shared_neg`` (``[2, M]`` node pairs, OGB's ``ogbl-collab`` and
+    ``ogbl-ppa``), is one set of negative pairs for every query: each query's rank is then
+    one plus the number of shared negatives scoring at least as high (Hits@K as OGB
+    computes it; no MRR).
+
     Attributes:
         split: ``"val"`` or ``"test"``.
         indptr, indices: CSC of the split's message-passing graph.
@@ -102,6 +107,8 @@ class LinkEvalBatch:
         neg: ``[Q, K]`` given negative destinations, or ``None`` (drawn).
         num_negatives: ``K`` when drawn.
         seed: seed of the drawn negatives.
+        shared_neg: ``[2, M]`` negative pairs shared by all queries (``neg`` and
+            ``num_negatives`` unused).
     """
 
     NEGATIVE_BLOCK = 256
@@ -117,6 +124,7 @@ class LinkEvalBatch:
         neg: Tensor | None = None,
         num_negatives: int = 100,
         seed: int = 0,
+        shared_neg: Tensor | None = None,
     ) -> None:
         owner = "LinkEvalBatch"
         num_nodes = int(indptr.numel()) - 1
@@ -134,6 +142,13 @@ class LinkEvalBatch:
                 f"{owner}: expected `neg` to be [num_queries={src.numel()}, K >= 1] negative "
                 f"destinations but got shape {tuple(neg.shape)}."
             )
+        if shared_neg is not None:
+            if shared_neg.dim() != 2 or shared_neg.size(0) != 2 or shared_neg.size(1) < 1:
+                raise ValueError(
+                    f"{owner}: expected `shared_neg` to be [2, M >= 1] negative node pairs but "
+                    f"got shape {tuple(shared_neg.shape)}."
+                )
+            num_negatives = int(shared_neg.size(1))
         if neg is None and (isinstance(num_negatives, bool) or num_negatives < 1):
             raise ValueError(
                 f"{owner}: ranking needs negatives: expected `neg` or `num_negatives` >= 1 "
@@ -145,6 +160,7 @@ class LinkEvalBatch:
         self.neg = None if neg is None else neg.long()
         self.num_negatives = int(neg.size(1)) if neg is not None else int(num_negatives)
         self.seed = int(seed)
+        self.shared_neg = None if shared_neg is None else shared_neg.long()
 
     @property
     def num_nodes(self) -> int:

@@ -4,11 +4,12 @@ prediction."""
 
 from lightgraph.data.datasets.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.datasets.graph_set import SyntheticGraphSet
-from lightgraph.data.datasets.link_split import LinkSplit, random_link_split
+from lightgraph.data.datasets.link_split import LinkSplit, OfficialLinkSplit, random_link_split
 from lightgraph.data.datasets.npy_graph import NpyGraph
 from lightgraph.data.datasets.npy_graph_writer import NpyGraphWriter, from_pyg
 from lightgraph.data.datasets.on_disk import OnDiskGraph
 from lightgraph.data.datasets.real_dataset import REAL_DATASETS, RealDataset
+from lightgraph.data.datasets.real_link_dataset import REAL_LINK_DATASETS, RealLinkDataset
 from lightgraph.data.datasets.synthetic_graph import SyntheticGraph, generate_synthetic_graph
 from lightgraph.data.datasets.text_graph import (
     SPECIAL_TOKENS,
@@ -19,13 +20,16 @@ from lightgraph.data.datasets.text_graph import (
 
 __all__ = [
     "REAL_DATASETS",
+    "REAL_LINK_DATASETS",
     "SPECIAL_TOKENS",
     "GraphDataset",
     "LinkSplit",
     "NpyGraph",
     "NpyGraphWriter",
+    "OfficialLinkSplit",
     "OnDiskGraph",
     "RealDataset",
+    "RealLinkDataset",
     "SyntheticGraph",
     "SyntheticGraphSet",
     "SyntheticTextGraph",

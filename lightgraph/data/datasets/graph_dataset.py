@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.datasets.on_disk import OnDiskGraph
+
+if TYPE_CHECKING:  # link_split imports nothing from here, but keep the import one-way
+    from lightgraph.data.datasets.link_split import OfficialLinkSplit
 
 MASK_NAMES = ("train_mask", "val_mask", "test_mask")
 
@@ -60,6 +64,13 @@ class GraphDataset(ABC):
         arrays live in files (e.g. :class:`~lightgraph.data.NpyGraph`) returns them, and
         the store builders then stream them in chunks sized by their ``memory_budget``
         instead of loading the whole graph.
+        """
+        return None
+
+    def official_link_split(self) -> OfficialLinkSplit | None:
+        """A link benchmark's own split and evaluation negatives
+        (:class:`~lightgraph.data.datasets.link_split.OfficialLinkSplit`), which link data
+        modules use instead of a random split. ``None`` (the default): no official split.
         """
         return None
 

@@ -67,6 +67,8 @@ class LinkSplit:
             at validation (test) that the model may pass messages over from that split
             on -- the rest of their edges are the split's positives (empty when
             transductive).
+        check_disjoint: reject an edge in two splits (a benchmark's own split is taken as
+            it is: ``False``).
 
     Raises:
         ValueError: ids outside ``[0, num_nodes)``, or an edge in two splits.
@@ -82,6 +84,7 @@ class LinkSplit:
     graph_keys: Tensor
     val_observed: Tensor | None = None
     test_observed: Tensor | None = None
+    check_disjoint: bool = True
 
     def __post_init__(self) -> None:
         owner = "LinkSplit"
@@ -94,7 +97,8 @@ class LinkSplit:
         for name in ("train", "val", "test", "other", "val_observed", "test_observed"):
             setattr(self, name, check_graph_edge_index(owner, name, getattr(self, name), n))
         seen: dict[str, Tensor] = {}
-        for name in (*LINK_SPLITS, "val_observed", "test_observed"):
+        checked = (*LINK_SPLITS, "val_observed", "test_observed") if self.check_disjoint else ()
+        for name in checked:
             keys = self._canonical_keys(getattr(self, name))
             for other_name, other in seen.items():
                 both = keys[torch.isin(keys, other)]
@@ -158,6 +162,25 @@ class LinkSplit:
             + (", inductive" if self.inductive else "")
             + ")"
         )
+
+
+@dataclass
+class OfficialLinkSplit:
+    """A benchmark's own split: the positive edges and the evaluation negatives.
+
+    Attributes:
+        split: the positive edges (validation and test edges may repeat training pairs,
+            as ``ogbl-collab``'s do across years: the benchmark's split is taken as it is).
+        negatives: per evaluation split (``"val"``, ``"test"``), ``[2, M]`` shared negative
+            pairs or ``[Q, K]`` negative destinations per query.
+        shared: whether the negatives are shared pairs.
+        metric: the benchmark's metric name (e.g. ``"hits@50"``, ``"mrr"``).
+    """
+
+    split: LinkSplit
+    negatives: dict[str, Tensor]
+    shared: bool
+    metric: str
 
 
 def random_link_split(

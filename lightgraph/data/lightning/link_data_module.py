@@ -57,7 +57,7 @@ from lightgraph.utilities.checks import (
     check_type,
 )
 
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
 
 
 class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
@@ -65,7 +65,11 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
 
     Args:
         dataset: the graph (any :class:`~lightgraph.data.GraphDataset`; its node splits are
-            not used: the task is over edges).
+            not used: the task is over edges). A dataset with an official link split
+            (:meth:`~lightgraph.data.GraphDataset.official_link_split`, e.g.
+            :class:`~lightgraph.data.datasets.RealLinkDataset`) brings its own edges and
+            evaluation negatives; the split arguments and ``eval_negatives`` are then
+            unused.
         fanouts: neighbours per hop of the training sample (``-1``: all).
         batch_size: positive edges per mini-batch (per rank under data parallelism).
         num_negatives: negatives per positive edge in training, ``k``.
@@ -159,6 +163,7 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         self._graphs: dict[str, tuple[Tensor, Tensor]] = {}
         self._x: Tensor | None = None
         self._known: KnownEdges | None = None
+        self._negatives: dict[str, Any] | None = None  # a benchmark's evaluation negatives
         self._train_loader: LinkNeighborSamplingLoader | MultistageLoader | None = None
         self._train_loader_shard: DataParallelShard | None = None
         self._plans: dict[tuple[DataParallelShard, int], EpochPlan] = {}
@@ -188,17 +193,22 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
     def build(self, writer: CacheWriter) -> dict[str, Any]:
         start = time.perf_counter()
         data = ensure_edge_index(self.dataset.load())
-        split = random_link_split(
-            data.edge_index,
-            int(data.num_nodes),
-            self.val_ratio,
-            self.test_ratio,
-            undirected=self.undirected,
-            remove_reverse=self.remove_reverse,
-            seed=self.seed,
-            mode=self.split_mode,
-            observed_ratio=self.observed_ratio,
-        )
+        official = self.dataset.official_link_split()
+        if official is not None:  # a benchmark's own split and negatives
+            split = official.split
+            writer.save("negatives.pt", {"shared": official.shared, **official.negatives})
+        else:
+            split = random_link_split(
+                data.edge_index,
+                int(data.num_nodes),
+                self.val_ratio,
+                self.test_ratio,
+                undirected=self.undirected,
+                remove_reverse=self.remove_reverse,
+                seed=self.seed,
+                mode=self.split_mode,
+                observed_ratio=self.observed_ratio,
+            )
         writer.save("x.pt", data.x.contiguous())
         writer.save(
             "split.pt",
@@ -213,6 +223,7 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
                 "graph_keys": split.graph_keys,
                 "val_observed": split.val_observed,
                 "test_observed": split.test_observed,
+                "check_disjoint": split.check_disjoint,
             },
         )
         for name in ("train", "val", "test"):
@@ -222,12 +233,14 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             "num_nodes": split.num_nodes,
             "undirected": split.undirected,
             "inductive": split.inductive,
+            "official": official is not None,
             "edges": {s: int(split.positives(s).size(1)) for s in ("train", "val", "test")},
             "seconds": round(time.perf_counter() - start, 3),
         }
 
     def load(self, cache: CacheReader, rank: int, world_size: int) -> None:
         self._x = cache.load("x.pt")
+        self._negatives = cache.load("negatives.pt") if "negatives.pt" in cache.files else None
         self.split = LinkSplit(**cache.load("split.pt"))
         for name in ("train", "val", "test"):
             csc = cache.load(f"{name}_csc.pt")
@@ -367,6 +380,8 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         indptr, indices = self._graphs[split_name]
         pos = split.positives(split_name)
         assert self._x is not None
+        given = self._negatives
+        shared = given is not None and given["shared"]
         return LinkEvalBatch(
             split_name,
             indptr,
@@ -374,8 +389,10 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             self._x,
             pos[0],
             pos[1],
+            neg=given[split_name] if given is not None and not shared else None,
             num_negatives=self.eval_negatives,
             seed=self.seed,
+            shared_neg=given[split_name] if shared else None,
         )
 
     def loader(self, split: str) -> Iterable[Any]:
