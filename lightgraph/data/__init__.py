@@ -36,6 +36,7 @@ from lightgraph.data.lightning import (
     NeighborSamplingDataModule,
     NodeSequenceDataModule,
     PartitionedGraphDataModule,
+    PartitionedLinkDataModule,
     PartitionStoreDataModule,
     TextGraphDataModule,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "PartitionStore",
     "PartitionStoreDataModule",
     "PartitionedGraphDataModule",
+    "PartitionedLinkDataModule",
     "RealDataset",
     "RealLinkDataset",
     "StaleStoreError",

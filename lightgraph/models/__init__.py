@@ -4,6 +4,7 @@ from lightgraph.models.graph_transformer_module import GraphTransformerModule
 from lightgraph.models.link_predictor import LinkPredictor
 from lightgraph.models.minibatch_classifier import MiniBatchNodeClassifier
 from lightgraph.models.node_classifier import NodeClassifier
+from lightgraph.models.partitioned_link_predictor import PartitionedLinkPredictor
 from lightgraph.models.unitg_lm_jobs import LMJob
 from lightgraph.models.unitg_module import UniTGModule
 
@@ -13,5 +14,6 @@ __all__ = [
     "LinkPredictor",
     "MiniBatchNodeClassifier",
     "NodeClassifier",
+    "PartitionedLinkPredictor",
     "UniTGModule",
 ]

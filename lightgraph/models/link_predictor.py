@@ -310,14 +310,25 @@ class LinkPredictor(pl.LightningModule):
     def _evaluate(self, batch: LinkEvalBatch, stage: str) -> None:
         was_training = self.training
         self.eval()
-        mrr, hits = self.mrr[stage], list(self.hits[stage])
-        n = 0
         try:
             h = self.node_embeddings(batch)
-            start, stop = self._query_share(batch.num_queries)
-            shared = batch.shared_neg is not None
-            ranking = self.iter_shared_ranks if shared else self.iter_ranks
-            for ranks in ranking(h, batch, start, stop):
+        finally:
+            self.train(was_training)
+        self.log_ranking(h, batch, stage, self._query_share(batch.num_queries))
+
+    def log_ranking(
+        self, h: Tensor, batch: LinkEvalBatch, stage: str, share: tuple[int, int]
+    ) -> None:
+        """Rank queries ``share = [start, stop)`` of ``batch`` over the embeddings ``h``,
+        reduce them into the ``stage`` metrics chunk by chunk and log them."""
+        was_training = self.training
+        self.eval()
+        mrr, hits = self.mrr[stage], list(self.hits[stage])
+        n = 0
+        shared = batch.shared_neg is not None
+        ranking = self.iter_shared_ranks if shared else self.iter_ranks
+        try:
+            for ranks in ranking(h, batch, *share):
                 if not shared:  # OGB defines no MRR against shared negatives
                     mrr.update(ranks)
                 for metric in hits:
@@ -325,7 +336,7 @@ class LinkPredictor(pl.LightningModule):
                 n += int(ranks.numel())
         finally:
             self.train(was_training)
-        if batch.shared_neg is None:
+        if not shared:
             self.log(f"{stage}_mrr", mrr, prog_bar=True, batch_size=max(n, 1))
         for metric in hits:
             self.log(f"{stage}_hits@{metric.k}", metric, batch_size=max(n, 1))

@@ -14,6 +14,7 @@ from lightgraph.data.lightning.partition_store_data_module import (
     build_store,
 )
 from lightgraph.data.lightning.partitioned_data_module import PartitionedGraphDataModule
+from lightgraph.data.lightning.partitioned_link_data_module import PartitionedLinkDataModule
 from lightgraph.data.lightning.text_graph import TextGraphDataModule
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "NodeSequenceDataModule",
     "PartitionStoreDataModule",
     "PartitionedGraphDataModule",
+    "PartitionedLinkDataModule",
     "TextGraphDataModule",
     "build_store",
 ]

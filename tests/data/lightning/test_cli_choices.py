@@ -30,6 +30,7 @@ REQUIRED: dict[str, dict] = {
     "NeighborSamplingDataModule": {"dataset": GRAPH},
     "PartitionStoreDataModule": {"dataset": GRAPH},
     "PartitionedGraphDataModule": {"dataset": GRAPH},
+    "PartitionedLinkDataModule": {"dataset": GRAPH},
 }
 
 
