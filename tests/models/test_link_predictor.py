@@ -217,3 +217,34 @@ def test_an_inductive_split_evaluates_each_split_over_its_own_graph(tmp_path):
     trainer = _trainer(max_epochs=1)
     trainer.fit(module, dm)
     assert 0 < float(trainer.callback_metrics["val_mrr"]) <= 1
+
+
+def test_an_npy_graph_with_link_files_brings_its_split_and_negatives(tmp_path):
+    import numpy as np
+
+    from lightgraph.data import NpyGraph
+    from lightgraph.data.datasets import random_link_split
+    from lightgraph.data.datasets.npy_graph_writer import from_pyg
+
+    graph = SyntheticGraph(num_nodes=300, avg_degree=6, num_features=8, seed=6)
+    data = graph.load()
+    root = tmp_path / "npy"
+    from_pyg(data, str(root))
+    split = random_link_split(data.edge_index, data.num_nodes, 0.1, 0.1, seed=9)
+    for name in ("train", "val", "test"):
+        np.save(root / f"link_{name}.npy", split.positives(name).numpy().astype(np.int32))
+    neg = np.random.default_rng(0).integers(0, 300, (split.val.size(1), 7))
+    np.save(root / "link_val_neg.npy", neg)
+    dataset = NpyGraph(str(root))
+    dm = LinkNeighborSamplingDataModule(dataset, fanouts=[3, 3], cache_dir=str(tmp_path / "c"))
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.split.undirected and torch.equal(dm.split.test, split.test)
+    val = dm.eval_batch("val")
+    assert torch.equal(val.negatives(0, val.num_queries), torch.from_numpy(neg))
+    assert dm.eval_batch("test").neg is None  # drawn: no link_test_neg.npy
+    (root / "link_test.npy").unlink()
+    with pytest.raises(
+        ValueError, match=r"link_train.npy, link_val.npy and link_test.npy.*link_test.npy"
+    ):
+        NpyGraph(str(root)).official_link_split()

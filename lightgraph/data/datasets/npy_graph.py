@@ -23,8 +23,14 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from lightgraph.data.datasets.graph_dataset import MASK_NAMES, GraphDataset, validate_graph
+from lightgraph.data.datasets.link_split import (
+    LinkSplit,
+    OfficialLinkSplit,
+    edge_keys,
+    is_symmetric,
+)
 from lightgraph.data.datasets.on_disk import OnDiskGraph
-from lightgraph.utilities.checks import check_int
+from lightgraph.utilities.checks import check_graph_edge_index, check_int
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -47,6 +53,9 @@ META_FILE = "meta.json"
 META_KEYS = ("name", "num_classes")
 INDEX_DTYPES = ("int32", "int64")
 FEATURE_DTYPES = ("float16", "float32")
+
+LINK_SPLIT_FILES = ("link_train", "link_val", "link_test")
+LINK_FILES = (*LINK_SPLIT_FILES, "link_val_neg", "link_test_neg")
 
 NPY_LAYOUT = (
     (
@@ -175,7 +184,16 @@ class NpyGraph(GraphDataset):
                             (multi-label)
     ``train_mask.npy``      ``bool`` ``[N]`` (likewise ``val_mask.npy``, ``test_mask.npy``)
     ``meta.json``           optional: ``{"name": ..., "num_classes": ...}``
+    ``link_train.npy``      optional, link prediction: ``int32``/``int64`` ``[2, E_t]``
+                            training positives (likewise ``link_val.npy``,
+                            ``link_test.npy``: all three or none)
+    ``link_val_neg.npy``    optional: ``[Q_val, K]`` negative destinations per validation
+                            query (likewise ``link_test_neg.npy``); drawn when absent
     ======================  ===================================================
+
+    With the ``link_*`` files the graph poses a link-prediction task with that split
+    (:meth:`official_link_split`), which the link data modules use instead of a random
+    one; the split is undirected when ``edge_index`` is symmetric.
 
     Construction reads the six ``.npy`` headers and ``meta.json`` only, and checks every
     dtype, shape, row count and file size against the headers (a missing, truncated or
@@ -468,6 +486,55 @@ class NpyGraph(GraphDataset):
             raise ValueError(f"{self._owner} at {self.root!r}: {exc}") from exc
         return data
 
+    def official_link_split(self) -> OfficialLinkSplit | None:
+        """The link split of the ``link_*`` files, or ``None`` when there are none."""
+        present = [os.path.isfile(self._path(f"{n}.npy")) for n in LINK_SPLIT_FILES]
+        if not any(present):
+            return None
+        owner = "NpyGraph"
+        if not all(present):
+            missing = [f"{n}.npy" for n, p in zip(LINK_SPLIT_FILES, present, strict=True) if not p]
+            raise ValueError(
+                f"{owner}: a link split needs link_train.npy, link_val.npy and link_test.npy "
+                f"in {self.root!r}, but {missing} are missing."
+            )
+        n = self.num_nodes
+        edges = {}
+        for name, split in zip(LINK_SPLIT_FILES, ("train", "val", "test"), strict=True):
+            array = torch.from_numpy(np.load(self._path(f"{name}.npy")).astype(np.int64))
+            edges[split] = check_graph_edge_index(owner, f"{name}.npy", array, n)
+        graph = torch.from_numpy(np.asarray(self._array("edge_index"), dtype=np.int64))
+        keys = edge_keys(graph[0], graph[1], n).unique()
+        split = LinkSplit(
+            num_nodes=n,
+            undirected=is_symmetric(graph, n),
+            train=edges["train"],
+            val=edges["val"],
+            test=edges["test"],
+            other=torch.empty(2, 0, dtype=torch.long),
+            remove_reverse=True,
+            graph_keys=keys,
+        )
+        negatives = {}
+        for split_name in ("val", "test"):
+            path = self._path(f"link_{split_name}_neg.npy")
+            if os.path.isfile(path):
+                neg = torch.from_numpy(np.load(path).astype(np.int64))
+                queries = split.positives(split_name).size(1)
+                if neg.dim() != 2 or neg.size(0) != queries:
+                    raise ValueError(
+                        f"{owner}: expected link_{split_name}_neg.npy to hold [{queries}, K] "
+                        f"negative destinations (one row per link_{split_name}.npy edge) but "
+                        f"got shape {tuple(neg.shape)}."
+                    )
+                if neg.numel() and (int(neg.min()) < 0 or int(neg.max()) >= n):
+                    raise ValueError(
+                        f"{owner}: expected node ids in link_{split_name}_neg.npy to lie in "
+                        f"[0, {n - 1}] but found values in [{int(neg.min())}, {int(neg.max())}]."
+                    )
+                negatives[split_name] = neg
+        return OfficialLinkSplit(split, negatives, shared=False, metric="mrr")
+
     def fingerprint(self) -> str:
         """A cache key that notices a changed file without reading the files whole.
 
@@ -486,6 +553,7 @@ class NpyGraph(GraphDataset):
         names = [f"{n}.npy" for n in ARRAY_NAMES]
         if os.path.isfile(self._path(META_FILE)):
             names.append(META_FILE)
+        names += [f"{n}.npy" for n in LINK_FILES if os.path.isfile(self._path(f"{n}.npy"))]
         for name in names:
             path = self._path(name)
             stat = os.stat(path)

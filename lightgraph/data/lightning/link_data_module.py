@@ -380,8 +380,8 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         indptr, indices = self._graphs[split_name]
         pos = split.positives(split_name)
         assert self._x is not None
-        given = self._negatives
-        shared = given is not None and given["shared"]
+        given = self._negatives or {}
+        shared = bool(given.get("shared", False))
         return LinkEvalBatch(
             split_name,
             indptr,
@@ -389,10 +389,10 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             self._x,
             pos[0],
             pos[1],
-            neg=given[split_name] if given is not None and not shared else None,
+            neg=None if shared else given.get(split_name),  # drawn when the split has none
             num_negatives=self.eval_negatives,
             seed=self.seed,
-            shared_neg=given[split_name] if shared else None,
+            shared_neg=given.get(split_name) if shared else None,
         )
 
     def loader(self, split: str) -> Iterable[Any]:
