@@ -47,7 +47,7 @@ def test_recipe_parses_and_instantiates(recipe: str, tmp_path) -> None:
     assert any(w.shape[0] == outputs for w in weights)
 
 
-@pytest.mark.parametrize("name", ["link_ns.yaml", "link_joestar.yaml"])
+@pytest.mark.parametrize("name", ["link_ns.yaml", "link_joestar.yaml", "link_hanoi.yaml"])
 def test_the_link_recipes_train_and_rank_held_out_edges(tmp_path, name: str) -> None:
     recipe = os.path.join(ROOT, "recipes", name)
     cli = build_cli(

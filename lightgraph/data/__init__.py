@@ -30,6 +30,7 @@ from lightgraph.data.datasets import (
 from lightgraph.data.lightning import (
     CachedDataModule,
     GraphSetDataModule,
+    LinkMacroBatchDataModule,
     LinkNeighborSamplingDataModule,
     MacroBatchDataModule,
     MultistageDataModule,
@@ -56,6 +57,7 @@ __all__ = [
     "FullGraphBatch",
     "GraphDataset",
     "GraphSetDataModule",
+    "LinkMacroBatchDataModule",
     "LinkNeighborSamplingDataModule",
     "MacroBatchDataModule",
     "MultistageDataModule",

@@ -4,7 +4,12 @@ prediction."""
 
 from lightgraph.data.datasets.graph_dataset import GraphDataset, validate_graph
 from lightgraph.data.datasets.graph_set import SyntheticGraphSet
-from lightgraph.data.datasets.link_split import LinkSplit, OfficialLinkSplit, random_link_split
+from lightgraph.data.datasets.link_split import (
+    LinkSplit,
+    LinkTrainingGraph,
+    OfficialLinkSplit,
+    random_link_split,
+)
 from lightgraph.data.datasets.npy_graph import NpyGraph
 from lightgraph.data.datasets.npy_graph_writer import NpyGraphWriter, from_pyg
 from lightgraph.data.datasets.on_disk import OnDiskGraph
@@ -24,6 +29,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "GraphDataset",
     "LinkSplit",
+    "LinkTrainingGraph",
     "NpyGraph",
     "NpyGraphWriter",
     "OfficialLinkSplit",

@@ -27,7 +27,9 @@ from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
+from torch_geometric.data import Data
 
+from lightgraph.data.datasets.graph_dataset import GraphDataset
 from lightgraph.utilities.checks import check_bool, check_choice, check_graph_edge_index, check_int
 from lightgraph.utilities.random_state import make_generator
 
@@ -333,3 +335,90 @@ def check_link_split(owner: str, value: Any) -> LinkSplit:
     if not isinstance(value, LinkSplit):
         raise TypeError(f"{owner}: expected a LinkSplit but got {type(value).__name__}.")
     return value
+
+
+class LinkTrainingGraph(GraphDataset):
+    """The training graph of a link task, as a dataset: what an on-disk store is built from.
+
+    The edges of ``dataset`` are split once (its official split, else
+    :func:`random_link_split` with these arguments) and :meth:`load` returns the training
+    message-passing graph: the features, no labels (``y`` zeros, empty masks) and only the
+    training edges, so a partition store built from it (HANOI) never holds a validation
+    or test edge. :meth:`split` gives the split itself. The split is computed from
+    ``dataset.load()``: in memory.
+
+    Args:
+        dataset: the graph.
+        val_ratio, test_ratio, undirected, remove_reverse, seed: the random split.
+    """
+
+    def __init__(
+        self,
+        dataset: GraphDataset,
+        val_ratio: float = 0.05,
+        test_ratio: float = 0.1,
+        undirected: bool | None = None,
+        remove_reverse: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(dataset, GraphDataset):
+            raise TypeError(
+                f"LinkTrainingGraph: expected `dataset` to be a GraphDataset but got "
+                f"{type(dataset).__name__}."
+            )
+        self.dataset = dataset
+        self.val_ratio, self.test_ratio = val_ratio, test_ratio
+        self.undirected, self.remove_reverse, self.seed = undirected, remove_reverse, seed
+        self._split: LinkSplit | None = None
+        self._data: Data | None = None
+
+    @property
+    def num_features(self) -> int:
+        return self.dataset.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return 1
+
+    @property
+    def multilabel(self) -> bool:
+        return False
+
+    def fingerprint(self) -> str:
+        return (
+            f"LinkTrainingGraph({self.dataset.fingerprint()},val={self.val_ratio},"
+            f"test={self.test_ratio},undirected={self.undirected},"
+            f"remove_reverse={self.remove_reverse},seed={self.seed})"
+        )
+
+    def _graph(self) -> Data:
+        if self._data is None:
+            from lightgraph.data.datasets.graph_dataset import ensure_edge_index
+
+            self._data = ensure_edge_index(self.dataset.load())
+        return self._data
+
+    def split(self) -> LinkSplit:
+        """The split (the dataset's official one, else a random one), computed once."""
+        if self._split is None:
+            official = self.dataset.official_link_split()
+            if official is not None:
+                self._split = official.split
+            else:
+                data = self._graph()
+                self._split = random_link_split(
+                    data.edge_index, int(data.num_nodes), self.val_ratio, self.test_ratio,
+                    undirected=self.undirected, remove_reverse=self.remove_reverse,
+                    seed=self.seed,
+                )  # fmt: skip
+        return self._split
+
+    def load(self) -> Data:
+        data = self._graph()
+        n = int(data.num_nodes)
+        empty = torch.zeros(n, dtype=torch.bool)
+        return Data(
+            x=data.x, y=torch.zeros(n, dtype=torch.long),
+            edge_index=self.split().message_edges("train"),
+            train_mask=empty, val_mask=empty.clone(), test_mask=empty.clone(), num_nodes=n,
+        )  # fmt: skip

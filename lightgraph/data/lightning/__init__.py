@@ -5,6 +5,7 @@ caching and ``loader(split)`` in one place), and what each declares to the model
 from lightgraph.data.lightning.cached_data_module import CachedDataModule
 from lightgraph.data.lightning.graph_set import GraphSetDataModule
 from lightgraph.data.lightning.link_data_module import LinkNeighborSamplingDataModule
+from lightgraph.data.lightning.link_macro_batch_data_module import LinkMacroBatchDataModule
 from lightgraph.data.lightning.macro_batch_data_module import MacroBatchDataModule
 from lightgraph.data.lightning.multistage_data_module import MultistageDataModule
 from lightgraph.data.lightning.neighbor_sampling_data_module import NeighborSamplingDataModule
@@ -20,6 +21,7 @@ from lightgraph.data.lightning.text_graph import TextGraphDataModule
 __all__ = [
     "CachedDataModule",
     "GraphSetDataModule",
+    "LinkMacroBatchDataModule",
     "LinkNeighborSamplingDataModule",
     "MacroBatchDataModule",
     "MultistageDataModule",

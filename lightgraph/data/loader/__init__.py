@@ -18,6 +18,7 @@ from lightgraph.data.loader.first_stage import (
 )
 from lightgraph.data.loader.fixed_batches import FixedBatchLoader
 from lightgraph.data.loader.group_batch_sampler import GroupBatchSampler
+from lightgraph.data.loader.link_macro_batch import LinkMacroBatchLoader
 from lightgraph.data.loader.link_multistage import LinkMacroBatch
 from lightgraph.data.loader.link_neighbor import LinkNeighborSamplingLoader, sample_link_minibatch
 from lightgraph.data.loader.macro_batch import MacroBatchLoader
@@ -37,6 +38,7 @@ __all__ = [
     "KnownEdges",
     "LargeBatchSampler",
     "LinkMacroBatch",
+    "LinkMacroBatchLoader",
     "LinkNeighborSamplingLoader",
     "LoaderStats",
     "MacroBatchLoader",

@@ -96,6 +96,7 @@ class LoadedMacroBatch:
     num_nodes: int
     num_hubs: int
     read_seconds: float
+    num_part_nodes: int = -1  # nodes of ``parts`` (the first rows); the rest are hubs
 
 
 def macro_batch_schedule(
@@ -210,6 +211,7 @@ def load_macro_batch(store: Any, parts: Sequence[int]) -> LoadedMacroBatch:
         num_nodes=n,
         num_hubs=int(mb.is_hub.sum()),
         read_seconds=time.perf_counter() - tic,
+        num_part_nodes=int(mb.num_part_nodes),
     )
 
 

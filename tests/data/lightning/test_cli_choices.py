@@ -24,6 +24,7 @@ GRAPH = {
 }
 # Arguments a module needs besides the one under test (the other mode's are left unset).
 REQUIRED: dict[str, dict] = {
+    "LinkMacroBatchDataModule": {"dataset": GRAPH},
     "LinkNeighborSamplingDataModule": {"dataset": GRAPH},
     "MacroBatchDataModule": {"dataset": GRAPH},
     "MultistageDataModule": {"dataset": GRAPH},
