@@ -18,6 +18,21 @@ from lightgraph.utilities.checks import check_non_negative, check_positive
 from lightgraph.utilities.timing import Stopwatch
 
 
+def bind_partition(module: Any, plan: PartitionPlan, stage: str) -> PartitionedGraph:
+    """``plan`` as a :class:`~lightgraph.nn.PartitionedGraph` bound to the halo exchanger
+    the strategy handed ``module`` (a :class:`~lightgraph.distributed.context.
+    ParallelContextHolder` LightningModule), after checking the plan against the Trainer's
+    processes."""
+    trainer = module._trainer
+    if trainer is not None and plan.num_parts != trainer.world_size:
+        raise ValueError(
+            f"{type(module).__name__}: the partition plan has {plan.num_parts} partitions but "
+            f"the Trainer runs {trainer.world_size} processes."
+        )
+    exchanger = module.parallel_context.halo_exchanger if plan.num_parts > 1 else None
+    return PartitionedGraph(plan, exchanger, stage)
+
+
 class NodeClassifier(ParallelContextHolder, pl.LightningModule):
     """Full-graph node classification with any :mod:`lightgraph.nn` model.
 
@@ -75,14 +90,7 @@ class NodeClassifier(ParallelContextHolder, pl.LightningModule):
     # ------------------------------------------------------------------------ helpers
     def graph(self, plan: PartitionPlan, stage: str) -> PartitionedGraph:
         """Bind the strategy's halo exchanger (if any) to a partition plan."""
-        trainer = self._trainer
-        if trainer is not None and plan.num_parts != trainer.world_size:
-            raise ValueError(
-                f"NodeClassifier: the partition plan has {plan.num_parts} partitions but the "
-                f"Trainer runs {trainer.world_size} processes."
-            )
-        exchanger = self.parallel_context.halo_exchanger if plan.num_parts > 1 else None
-        return PartitionedGraph(plan, exchanger, stage)
+        return bind_partition(self, plan, stage)
 
     def forward(self, plan: PartitionPlan, stage: str = "predict") -> Tensor:
         return self.model(plan.x, self.graph(plan, stage))

@@ -26,6 +26,7 @@ from lightgraph.data.partition.partition_plan import PartitionPlan
 from lightgraph.distributed.context import ParallelContextHolder
 from lightgraph.distributed.remote_rows import fetch_rows, partitioned_pair_scores
 from lightgraph.models.link_predictor import DecoderName, LinkLoss, LinkPredictor
+from lightgraph.models.node_classifier import bind_partition
 from lightgraph.nn.link_decoders import LinkDecoder
 from lightgraph.nn.partitioned_graph import PartitionedGraph
 from lightgraph.utilities.random_state import make_generator
@@ -57,14 +58,7 @@ class PartitionedLinkPredictor(ParallelContextHolder, LinkPredictor):
 
     def graph(self, plan: PartitionPlan, stage: str) -> PartitionedGraph:
         """Bind the strategy's halo exchanger (if any) to a partition plan."""
-        trainer = self._trainer
-        if trainer is not None and plan.num_parts != trainer.world_size:
-            raise ValueError(
-                f"PartitionedLinkPredictor: the partition plan has {plan.num_parts} partitions "
-                f"but the Trainer runs {trainer.world_size} processes."
-            )
-        exchanger = self.parallel_context.halo_exchanger if plan.num_parts > 1 else None
-        return PartitionedGraph(plan, exchanger, stage)
+        return bind_partition(self, plan, stage)
 
     def inner_embeddings(self, batch: PartitionedLinkBatch, stage: str) -> Tensor:
         """The embeddings of this rank's own nodes, ``[num_inner, D]``."""

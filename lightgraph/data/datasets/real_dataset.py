@@ -116,6 +116,19 @@ def _allow_pyg_storage_unpickling() -> Iterator[None]:
         yield
 
 
+def check_name_and_root(
+    owner: str, name: Any, names: Mapping[str, Any], root: Any
+) -> tuple[str, str]:
+    """A known dataset ``name`` and a non-empty ``root`` path (``~`` expanded)."""
+    if not isinstance(name, str) or name not in names:
+        raise ValueError(f"{owner}: expected `name` to be one of {list(names)} but got {name!r}")
+    if not isinstance(root, (str, os.PathLike)) or not os.fspath(root):
+        raise ValueError(
+            f"{owner}: expected `root` to be a non-empty directory path but got {root!r}"
+        )
+    return name, osp.expanduser(os.fspath(root))
+
+
 def _index_mask(index: Tensor, num_nodes: int) -> Tensor:
     mask = torch.zeros(num_nodes, dtype=torch.bool)
     mask[index.reshape(-1).to(torch.long)] = True
@@ -162,16 +175,7 @@ class RealDataset(GraphDataset):
     """
 
     def __init__(self, name: str, root: str = "data") -> None:
-        if not isinstance(name, str) or name not in REAL_DATASETS:
-            raise ValueError(
-                f"RealDataset: expected `name` to be one of {list(REAL_DATASETS)} but got {name!r}"
-            )
-        if not isinstance(root, (str, os.PathLike)) or not os.fspath(root):
-            raise ValueError(
-                f"RealDataset: expected `root` to be a non-empty directory path but got {root!r}"
-            )
-        self.name = name
-        self.root = osp.expanduser(os.fspath(root))
+        self.name, self.root = check_name_and_root("RealDataset", name, REAL_DATASETS, root)
         self.info = REAL_DATASETS[name]
         if self.info.source == "ogb":
             _require_ogb(name)

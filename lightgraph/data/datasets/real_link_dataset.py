@@ -23,8 +23,6 @@ per-query negatives rank each positive (OGB's ``_eval_mrr``).
 from __future__ import annotations
 
 import contextlib
-import os
-import os.path as osp
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ from lightgraph.data.datasets.real_dataset import (
     _OGB_HINT,
     WITH_OGB,
     _allow_pyg_storage_unpickling,
+    check_name_and_root,
 )
 
 __all__ = ["REAL_LINK_DATASETS", "OfficialLinkSplit", "RealLinkDataset", "RealLinkDatasetInfo"]
@@ -116,23 +115,13 @@ class RealLinkDataset(GraphDataset):
     """
 
     def __init__(self, name: str, root: str = "data") -> None:
-        if not isinstance(name, str) or name not in REAL_LINK_DATASETS:
-            raise ValueError(
-                f"RealLinkDataset: expected `name` to be one of {list(REAL_LINK_DATASETS)} but "
-                f"got {name!r}"
-            )
-        if not isinstance(root, (str, os.PathLike)) or not os.fspath(root):
-            raise ValueError(
-                f"RealLinkDataset: expected `root` to be a non-empty directory path but got "
-                f"{root!r}"
-            )
+        name, root = check_name_and_root("RealLinkDataset", name, REAL_LINK_DATASETS, root)
         if not WITH_OGB:
             raise ImportError(
                 f"RealLinkDataset: `name`={name!r} is loaded through the optional `ogb` "
                 f"package, which is not installed; {_OGB_HINT}."
             )
-        self.name = name
-        self.root = osp.expanduser(os.fspath(root))
+        self.name, self.root = name, root
         self.info = REAL_LINK_DATASETS[name]
         self._dataset: Any = None
 
