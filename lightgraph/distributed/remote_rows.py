@@ -49,16 +49,20 @@ def fetch_rows(
     rank, world = _rank_world(group)
     unique, inverse = torch.unique(ids.long(), return_inverse=True)
     if world == 1:
-        return h_inner.index_select(0, owner_local[unique])[inverse]
+        return h_inner.index_select(0, owner_local[unique].to(h_inner.device))[
+            inverse.to(h_inner.device)
+        ]
     who = owner[unique].long()
     remote = who != rank
-    # Remote ids grouped by owner (ascending rank), and how many go to each.
+    # Remote ids grouped by owner (ascending rank), and how many go to each. What crosses
+    # the collectives lives on the rows' device (NCCL takes no host tensors).
+    device = h_inner.device
     order = torch.argsort(who[remote], stable=True)
-    wanted = unique[remote][order]
-    want_counts = torch.bincount(who[remote], minlength=world)
-    asked_counts = torch.empty_like(want_counts)
+    wanted = unique[remote][order].to(device)
+    want_counts = torch.bincount(who[remote], minlength=world).to(device)
+    asked_counts = torch.empty(world, dtype=torch.long, device=device)
     dist.all_to_all_single(asked_counts, want_counts, group=group)
-    asked = torch.empty(int(asked_counts.sum()), dtype=torch.long)
+    asked = torch.empty(int(asked_counts.sum()), dtype=torch.long, device=device)
     dist.all_to_all_single(
         asked,
         wanted.contiguous(),
@@ -67,15 +71,14 @@ def fetch_rows(
         group=group,
     )
     # Rows I send are the ones asked of me; rows I receive come in the order I asked.
-    rows = halo_exchange(
-        h_inner, owner_local[asked], asked_counts.tolist(), want_counts.tolist(), group
-    )
+    send_index = owner_local[asked.cpu()].to(device)
+    rows = halo_exchange(h_inner, send_index, asked_counts.tolist(), want_counts.tolist(), group)
     slot = torch.empty(unique.numel(), dtype=torch.long)
     slot[~remote] = owner_local[unique[~remote]]
     remote_slots = torch.empty(int(remote.sum()), dtype=torch.long)
     remote_slots[order] = h_inner.size(0) + torch.arange(wanted.numel())
     slot[remote] = remote_slots
-    return rows.index_select(0, slot)[inverse]
+    return rows.index_select(0, slot.to(device))[inverse.to(device)]
 
 
 def partitioned_pair_scores(
