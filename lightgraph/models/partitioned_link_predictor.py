@@ -124,8 +124,8 @@ class PartitionedLinkPredictor(ParallelContextHolder, LinkPredictor):
             self.train(was_training)
         empty = torch.zeros(n + 1, dtype=torch.long)
         queries = LinkEvalBatch(
-            stage, empty, empty[:0], every, batch.pos[0], batch.pos[1],
-            num_negatives=batch.num_negatives, seed=batch.seed,
+            stage, empty, empty[:0], every, batch.pos[0], batch.pos[1], neg=batch.neg,
+            num_negatives=batch.num_negatives, seed=batch.seed, shared_neg=batch.shared_neg,
         )  # fmt: skip
         per = -(-queries.num_queries // plan.num_parts)
         share = (

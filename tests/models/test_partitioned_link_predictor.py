@@ -62,3 +62,41 @@ def test_each_rank_trains_the_edges_whose_source_it_owns(tmp_path) -> None:
     batch = dm.batch("train")
     assert batch.pos.size(1) == batch.num_pairs == dm.split.train.size(1)
     assert torch.equal(batch.pos, dm.split.train[:, batch.pos_index])
+
+
+def test_a_benchmarks_own_negatives_are_used_in_evaluation(tmp_path) -> None:
+    """An official split's per-query negatives reach the partitioned evaluation: ranking
+    with them equals ranking the same embeddings directly."""
+    import numpy as np
+
+    from lightgraph.data import NpyGraph
+    from lightgraph.data.datasets import random_link_split
+    from lightgraph.data.datasets.npy_graph_writer import from_pyg
+    from lightgraph.functional.link_ranking import link_ranks
+
+    data = DATASET.load()
+    root = tmp_path / "npy"
+    from_pyg(data, str(root))
+    split = random_link_split(data.edge_index, data.num_nodes, 0.1, 0.1, seed=4)
+    for name in ("train", "val", "test"):
+        np.save(root / f"link_{name}.npy", split.positives(name).numpy())
+    neg = np.random.default_rng(1).integers(0, data.num_nodes, (split.val.size(1), 9))
+    np.save(root / "link_val_neg.npy", neg)
+    dm = PartitionedLinkDataModule(NpyGraph(str(root)), num_parts=1, cache_dir=str(tmp_path / "c"))
+    dm.prepare_data()
+    dm.setup("fit")
+    batch = dm.batch("val")
+    assert torch.equal(batch.neg, torch.from_numpy(neg))
+    torch.manual_seed(0)
+    module = PartitionedLinkPredictor(
+        GraphSAGE(8, 16, hidden_channels=16, num_layers=2, dropout=0.0)
+    )
+    recorded = {}
+    module.log_ranking = lambda h, b, stage, share: recorded.update(  # type: ignore[method-assign]
+        ranks=torch.cat(list(module.iter_ranks(h, b, *share))), h=h, b=b
+    )
+    module._evaluate(batch, "val")
+    h, b = recorded["h"], recorded["b"]
+    pos = (h[b.src] * h[b.dst]).sum(-1)
+    negs = (h[b.src].unsqueeze(1) * h[torch.from_numpy(neg)]).sum(-1)
+    torch.testing.assert_close(recorded["ranks"], link_ranks(pos, negs))

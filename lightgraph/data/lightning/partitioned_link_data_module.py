@@ -52,6 +52,8 @@ class PartitionedLinkBatch:
         pos_index: training: the position of every positive of ``pos`` among all ranks'
             (the negatives of an edge are drawn for all edges at once and do not depend on
             the number of ranks).
+        neg, shared_neg: evaluation: a benchmark's own negatives (``[Q, K]`` destinations
+            per query, or ``[2, M]`` pairs shared by all queries); ``None``: drawn.
     """
 
     split: str
@@ -63,6 +65,8 @@ class PartitionedLinkBatch:
     num_negatives: int
     seed: int
     pos_index: Tensor | None = None
+    neg: Tensor | None = None
+    shared_neg: Tensor | None = None
 
 
 class PartitionedLinkDataModule(PartitionedGraphDataModule):
@@ -113,6 +117,7 @@ class PartitionedLinkDataModule(PartitionedGraphDataModule):
         self.plans: dict[str, PartitionPlan] = {}
         self.owner: Tensor | None = None
         self.owner_local: Tensor | None = None
+        self._negatives: dict[str, Any] = {}
 
     @property
     def num_outputs(self) -> int:
@@ -141,6 +146,7 @@ class PartitionedLinkDataModule(PartitionedGraphDataModule):
         official = self.dataset.official_link_split()
         if official is not None:
             split = official.split
+            writer.save("negatives.pt", {"shared": official.shared, **official.negatives})
         else:
             split = random_link_split(
                 data.edge_index,
@@ -188,6 +194,7 @@ class PartitionedLinkDataModule(PartitionedGraphDataModule):
         self.plan = self.plans["train"]
         owners = cache.load("owner.pt")
         self.owner, self.owner_local = owners["owner"], owners["owner_local"]
+        self._negatives = cache.load("negatives.pt") if "negatives.pt" in cache.files else {}
         saved = cache.load("split.pt")
         empty = torch.empty(2, 0, dtype=torch.long)
         self.split = LinkSplit(
@@ -210,9 +217,12 @@ class PartitionedLinkDataModule(PartitionedGraphDataModule):
             index = (self.owner[pos[0]] == plan.rank).nonzero().view(-1)
             pos = pos[:, index]
         k = self.num_negatives if split == "train" else self.eval_negatives
+        given = self._negatives.get(split) if split != "train" else None
+        shared = bool(self._negatives.get("shared", False))
         return PartitionedLinkBatch(
-            split, plan, pos, self.owner, self.owner_local, total, k, int(self.seed), index
-        )
+            split, plan, pos, self.owner, self.owner_local, total, k, int(self.seed), index,
+            neg=None if shared else given, shared_neg=given if shared else None,
+        )  # fmt: skip
 
     def loader(self, split: str) -> FixedBatchLoader[PartitionedLinkBatch]:
         return FixedBatchLoader([self.batch("test" if split == "predict" else split)])
