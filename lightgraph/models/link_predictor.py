@@ -308,12 +308,8 @@ class LinkPredictor(pl.LightningModule):
         return min(rank * per, num_queries), min((rank + 1) * per, num_queries)
 
     def _evaluate(self, batch: LinkEvalBatch, stage: str) -> None:
-        was_training = self.training
-        self.eval()
-        try:
-            h = self.node_embeddings(batch)
-        finally:
-            self.train(was_training)
+        # node_embeddings runs the encoder in eval mode; log_ranking the decoder.
+        h = self.node_embeddings(batch)
         self.log_ranking(h, batch, stage, self._query_share(batch.num_queries))
 
     def log_ranking(

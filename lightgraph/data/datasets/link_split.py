@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from lightgraph.data.datasets.graph_dataset import GraphDataset
+from lightgraph.data.datasets.graph_dataset import GraphDataset, ensure_edge_index
 from lightgraph.utilities.checks import check_bool, check_choice, check_graph_edge_index, check_int
 from lightgraph.utilities.random_state import make_generator
 
@@ -393,8 +393,6 @@ class LinkTrainingGraph(GraphDataset):
 
     def _graph(self) -> Data:
         if self._data is None:
-            from lightgraph.data.datasets.graph_dataset import ensure_edge_index
-
             self._data = ensure_edge_index(self.dataset.load())
         return self._data
 

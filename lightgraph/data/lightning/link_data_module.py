@@ -142,9 +142,11 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         self.remove_reverse = check_bool(owner, "remove_reverse", remove_reverse)
         self.split_mode = check_choice(owner, "split_mode", split_mode, LINK_SPLIT_MODES)
         self.observed_ratio = observed_ratio  # checked by random_link_split
+        self._stage_two_fanouts: list[int] = []
         if first_stage is not None:
             check_type(owner, "first_stage", first_stage, LargeBatchSampler, "or None for NS")
-            first_stage.stage_two_fanouts(self.fanouts, owner)  # checked against fanouts
+            # Checked against the model's fanouts here, once; stage 2 reads them every step.
+            self._stage_two_fanouts = first_stage.stage_two_fanouts(self.fanouts, owner)
         self.first_stage = first_stage
         self.prefetch = check_bool(owner, "prefetch", prefetch)
         if (
@@ -348,9 +350,13 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         assert self.first_stage is not None
         shard = self._train_loader_shard
         rank = None if shard is None or shard.world_size == 1 else shard.rank
-        fanouts = self.first_stage.stage_two_fanouts(self.fanouts)
         return link_stage_two(
-            step.macro, step.step, fanouts, self.seed, rank, exclude=self.exclude_seed_edges
+            step.macro,
+            step.step,
+            self._stage_two_fanouts,
+            self.seed,
+            rank,
+            exclude=self.exclude_seed_edges,
         )
 
     def train_dataloader(self) -> Any:
