@@ -97,6 +97,7 @@ class LoadedMacroBatch:
     num_hubs: int
     read_seconds: float
     num_part_nodes: int = -1  # nodes of ``parts`` (the first rows); the rest are hubs
+    store_ids: Tensor | None = None  # every row's store id
 
 
 def macro_batch_schedule(
@@ -212,6 +213,7 @@ def load_macro_batch(store: Any, parts: Sequence[int]) -> LoadedMacroBatch:
         num_hubs=int(mb.is_hub.sum()),
         read_seconds=time.perf_counter() - tic,
         num_part_nodes=int(mb.num_part_nodes),
+        store_ids=mb.store_ids,
     )
 
 

@@ -60,11 +60,11 @@ def test_no_block_holds_a_mini_batch_edge_and_every_block_edge_is_a_training_edg
             assert (u, v) in graph_edges  # a positive is a training edge
 
 
-def test_an_epoch_trains_exactly_the_edges_its_macro_batches_own(tmp_path):
+def test_a_disjoint_epoch_trains_exactly_the_edges_its_macro_batches_own(tmp_path):
     """Each training edge at most once; exactly those whose owner's partition and other end
     are resident together in one of the epoch's macro-batches (computed here from the
     schedule, the partition of every node and the hubs)."""
-    dm = _module(tmp_path)
+    dm = _module(tmp_path, edge_schedule="disjoint")
     loader = dm.train_loader()
     part, to_store, hubs = _store_maps(dm)
     split = dm.link_graph.split()
@@ -135,8 +135,137 @@ def test_training_through_the_trainer_ranks_held_out_edges(tmp_path):
     assert 0 < float(trainer.callback_metrics["test_mrr"]) <= 1
 
 
-def test_data_parallel_is_refused_with_a_clear_error(tmp_path):
-    dm = _module(tmp_path)
-    dm.data_shard = (0, 2)
-    with pytest.raises(ValueError, match=r"one process only.*2 data-parallel ranks"):
+def _trained(loader) -> list[tuple[int, int]]:
+    out = []
+    for batch in loader:
+        out += zip(batch.n_id[batch.src].tolist(), batch.n_id[batch.dst].tolist(), strict=True)
+    return out
+
+
+@pytest.mark.parametrize("parts_per_batch", [2, 3, 4, 8])
+def test_a_pairs_epoch_trains_every_training_edge_exactly_once(tmp_path, parts_per_batch):
+    """The reference is the split itself: the epoch's positives are its training edges,
+    each once, whatever the partition draw (two epochs, different draws)."""
+    dm = _module(tmp_path, parts_per_batch=parts_per_batch)
+    train = dm.link_graph.split().train
+    expected = sorted(zip(train[0].tolist(), train[1].tolist(), strict=True))
+    loader = dm.train_loader()
+    for _ in range(2):
+        assert sorted(_trained(loader)) == expected
+    assert loader.schedule(0) != loader.schedule(1)
+
+
+@pytest.mark.parametrize(("num_parts", "parts_per_batch"), [(8, 2), (8, 3), (9, 4), (5, 5), (7, 9)])
+def test_the_pair_schedule_lets_every_two_partitions_meet(num_parts, parts_per_batch):
+    from lightgraph.data.loader.link_macro_batch import pair_schedule
+
+    sched = pair_schedule(num_parts, parts_per_batch, seed=3, epoch=1)
+    batches = sched.macro_batches
+    assert all(len(b) == len(set(b)) <= parts_per_batch for b in batches)
+    for a in range(num_parts):
+        for b in range(num_parts):
+            holding = [k for k, mb in enumerate(batches) if a in mb and b in mb]
+            k = int(sched.assigned[sched.group_of_part[a], sched.group_of_part[b]])
+            assert holding and k == holding[0] if a == b else k in holding
+
+
+def test_pairs_need_two_partitions_per_macro_batch(tmp_path):
+    dm = _module(tmp_path, parts_per_batch=1)
+    with pytest.raises(ValueError, match=r"edge_schedule='pairs'.*`parts_per_batch` >= 2.*got 1"):
         dm.train_loader()
+    with pytest.raises(ValueError, match=r"edge_schedule.*\('pairs', 'disjoint'\).*'all'"):
+        _module(tmp_path, edge_schedule="all")
+
+
+def test_data_parallel_ranks_train_disjoint_slices_of_one_process_epoch(tmp_path):
+    """Two ranks: the same number of steps, disjoint edges, together one process's edges
+    but the at most one per global step nobody trains (counted)."""
+    one = _module(tmp_path, batch_size=64)
+    everything = set(_trained(one.train_loader()))
+    shares, steps, dropped = [], [], 0
+    for rank in range(2):
+        dm = _module(tmp_path, batch_size=32)
+        dm.data_shard = (rank, 2)
+        loader = dm.train_loader()
+        edges = []
+        count = 0
+        for batch in loader:
+            edges += zip(batch.n_id[batch.src].tolist(), batch.n_id[batch.dst].tolist(), strict=True)
+            count += 1
+        shares.append(set(edges))
+        steps.append(count)
+        dropped = loader.stats.dropped_targets
+    assert steps[0] == steps[1] > 0
+    assert not shares[0] & shares[1]
+    union = shares[0] | shares[1]
+    assert union <= everything
+    assert len(everything - union) == dropped <= steps[0]
+
+
+class _Counting(SyntheticGraph):
+    """The test's graph, counting (and, when told, refusing) whole-graph loads."""
+
+    loads = 0
+    refuse = False
+
+    def load(self):
+        if _Counting.refuse:
+            raise AssertionError("the whole dataset was loaded after prepare_data")
+        _Counting.loads += 1
+        return super().load()
+
+
+def test_after_prepare_training_and_validation_never_load_the_dataset(tmp_path):
+    """What HANOI needs to train inside a memory limit: the split lives in the store."""
+    args = dict(num_nodes=800, avg_degree=6, num_features=8, seed=7)
+    kwargs = dict(num_parts=8, parts_per_batch=4, fanouts=[3, 3], batch_size=64, prefetch=False)
+    first = LinkMacroBatchDataModule(_Counting(**args), cache_dir=str(tmp_path), **kwargs)
+    first.prepare_data()
+    assert _Counting.loads >= 1
+    reference = LinkMacroBatchDataModule(SyntheticGraph(**args), cache_dir=str(tmp_path / "r"), **kwargs)
+    expected = reference.link_graph.split()
+    _Counting.refuse = True
+    try:
+        dm = LinkMacroBatchDataModule(_Counting(**args), cache_dir=str(tmp_path), **kwargs)
+        dm.prepare_data()
+        dm.setup("fit")
+        trained = _trained(dm.train_loader())
+        split = dm.link_split()
+        batch = dm.eval_batch("val")
+    finally:
+        _Counting.refuse = False
+    assert len(trained) == expected.train.size(1)
+    for name in ("train", "val", "test", "other"):
+        assert torch.equal(getattr(split, name), getattr(expected, name))
+    assert split.undirected == expected.undirected
+    assert batch.src.numel() == expected.val.size(1)
+
+
+class _SaveWeights(pl.Callback):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        steps = trainer.global_step
+        torch.save((steps, pl_module.state_dict()), f"{self.path}.rank{trainer.global_rank}")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_two_ranks_train_in_step_and_end_with_the_same_weights(tmp_path):
+    dm = _module(tmp_path, batch_size=32)
+    torch.manual_seed(0)
+    module = LinkPredictor(GraphSAGE(8, 16, 2, dm.num_outputs), lr=0.01)
+    path = str(tmp_path / "weights")
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", devices=2, strategy="ddp_fork", logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=0, callbacks=[_SaveWeights(path)],
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, dm)
+    (s0, w0), (s1, w1) = (torch.load(f"{path}.rank{r}") for r in range(2))
+    one = _module(tmp_path, batch_size=64)
+    assert s0 == s1 == sum(1 for _ in one.train_loader())
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
