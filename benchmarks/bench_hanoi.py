@@ -589,15 +589,24 @@ def macro_batch_retention(store_path: str, parts_per_batch: int) -> dict[str, fl
 
 
 def run_method(
-    method: str, args: argparse.Namespace, device: str, timeout: float
+    method: str,
+    args: argparse.Namespace,
+    device: str,
+    timeout: float,
+    argv: list[str] | None = None,
+    in_memory: bool | None = None,
 ) -> dict[str, Any]:
-    """Train ``method`` in its cgroups (fresh page cache); returns its measurements."""
+    """Train ``method`` in its cgroups (fresh page cache); returns its measurements.
+
+    ``argv``: the ``lightgraph fit`` arguments (default: ``method``'s recipe and overrides);
+    ``in_memory``: run without the cgroups' limits (default: for ``ns_mem``)."""
     weights = os.path.join(args.workdir, "weights", f"{method}.pt")
     os.makedirs(os.path.dirname(weights), exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         os.remove(weights)
     shutil.rmtree(os.path.join(args.workdir, "logs", method), ignore_errors=True)
-    in_memory = method == "ns_mem"
+    if in_memory is None:
+        in_memory = method == "ns_mem"
     limit = None if in_memory else int(args.budget_gb * GB)
     read_bps = None if in_memory else int(args.throttle_mbps * 1e6)
     cmd = [
@@ -608,7 +617,7 @@ def run_method(
         "--weights",
         weights,
         "--",
-        *config_args(method, args),
+        *(config_args(method, args) if argv is None else argv),
     ]
     drop_caches()
     name = f"bench_hanoi_{method}_{os.getpid()}"

@@ -70,6 +70,28 @@ def test_the_link_recipes_train_and_rank_held_out_edges(tmp_path, name: str) -> 
     assert cli.model.model.out_channels == cli.datamodule.num_outputs == 64
 
 
+def test_a_relation_typed_graph_links_its_relations_into_distmult(tmp_path) -> None:
+    recipe = os.path.join(ROOT, "recipes", "link_ns.yaml")
+    cli = build_cli(
+        [
+            "fit",
+            "--config",
+            recipe,
+            "--data.init_args.dataset.init_args.num_nodes=400",
+            "--data.init_args.dataset.init_args.num_relations=3",
+            "--model.init_args.decoder=distmult",
+            "--data.init_args.batch_size=128",
+            "--data.init_args.eval_negatives=20",
+            f"--data.init_args.cache_dir={tmp_path}",
+            "--trainer.max_epochs=1",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert cli.model.decoder.num_relations == cli.datamodule.num_relations == 3
+    assert 0 < float(cli.trainer.callback_metrics["val_mrr"]) <= 1
+
+
 def test_graph_regression_links_one_output(tmp_path) -> None:
     recipe = os.path.join(ROOT, "recipes", "torchgt_graph.yaml")
     cli = build_cli(

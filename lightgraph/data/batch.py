@@ -109,6 +109,8 @@ class LinkEvalBatch:
         seed: seed of the drawn negatives.
         shared_neg: ``[2, M]`` negative pairs shared by all queries (``neg`` and
             ``num_negatives`` unused).
+        rel: ``[Q]`` the relation type of every query, when the edges carry one: each
+            query's negatives are scored under its relation.
     """
 
     NEGATIVE_BLOCK = 256
@@ -125,6 +127,7 @@ class LinkEvalBatch:
         num_negatives: int = 100,
         seed: int = 0,
         shared_neg: Tensor | None = None,
+        rel: Tensor | None = None,
     ) -> None:
         owner = "LinkEvalBatch"
         num_nodes = int(indptr.numel()) - 1
@@ -149,6 +152,17 @@ class LinkEvalBatch:
                     f"got shape {tuple(shared_neg.shape)}."
                 )
             num_negatives = int(shared_neg.size(1))
+        if rel is not None:
+            if rel.dim() != 1 or rel.numel() != src.numel():
+                raise ValueError(
+                    f"{owner}: expected `rel` to give the relation type of each of the "
+                    f"{src.numel()} queries but got shape {tuple(rel.shape)}."
+                )
+            if shared_neg is not None:
+                raise ValueError(
+                    f"{owner}: shared negative pairs carry no relation type; `rel` and "
+                    f"`shared_neg` cannot be given together."
+                )
         if neg is None and (isinstance(num_negatives, bool) or num_negatives < 1):
             raise ValueError(
                 f"{owner}: ranking needs negatives: expected `neg` or `num_negatives` >= 1 "
@@ -161,6 +175,7 @@ class LinkEvalBatch:
         self.num_negatives = int(neg.size(1)) if neg is not None else int(num_negatives)
         self.seed = int(seed)
         self.shared_neg = None if shared_neg is None else shared_neg.long()
+        self.rel = None if rel is None else rel.long()
 
     @property
     def num_nodes(self) -> int:

@@ -35,28 +35,37 @@ from lightgraph.functional.link_ranking import link_ranks
 from lightgraph.models.link_metrics import HitsAtK, MeanReciprocalRank
 from lightgraph.nn.destination import destination_forward
 from lightgraph.nn.layerwise import layerwise_inference
-from lightgraph.nn.link_decoders import DotDecoder, LinkDecoder, MLPDecoder
+from lightgraph.nn.link_decoders import DistMultDecoder, DotDecoder, LinkDecoder, MLPDecoder
 from lightgraph.utilities.checks import check_bool, check_choice, check_int, check_non_negative
 
 LinkLoss = Literal["bce", "softmax"]
 LINK_LOSSES: tuple[str, ...] = get_args(LinkLoss)
-DecoderName = Literal["dot", "mlp"]
+DecoderName = Literal["dot", "mlp", "distmult"]
 DECODER_NAMES: tuple[str, ...] = get_args(DecoderName)
 
 
-def _decoder(owner: str, decoder: Any, model: nn.Module) -> LinkDecoder:
+def _decoder(owner: str, decoder: Any, model: nn.Module, num_relations: int) -> LinkDecoder:
     if isinstance(decoder, LinkDecoder):
         return decoder
     if decoder == "dot":
         return DotDecoder()
-    if decoder == "mlp":
+    if decoder in ("mlp", "distmult"):
         channels = getattr(model, "out_channels", None)
         if not isinstance(channels, int):
+            kind = "MLPDecoder" if decoder == "mlp" else "DistMultDecoder"
             raise ValueError(
-                f"{owner}: decoder='mlp' needs the encoder's `out_channels` to size the MLP; "
-                f"pass an MLPDecoder(in_channels=...) instead."
+                f"{owner}: decoder={decoder!r} needs the encoder's `out_channels` to size it; "
+                f"pass a {kind}(in_channels=...) instead."
             )
-        return MLPDecoder(channels)
+        if decoder == "mlp":
+            return MLPDecoder(channels)
+        if num_relations < 1:
+            raise ValueError(
+                f"{owner}: decoder='distmult' scores each pair under its relation type and "
+                f"needs `num_relations` >= 1 (the CLI links it from the data module's "
+                f"`num_relations`, e.g. SyntheticGraph(num_relations=4)) but got {num_relations}."
+            )
+        return DistMultDecoder(channels, num_relations)
     raise ValueError(
         f"{owner}: expected `decoder` to be one of {list(DECODER_NAMES)} or a LinkDecoder "
         f"(DotDecoder, MLPDecoder, DistMultDecoder) but got {decoder!r}."
@@ -71,7 +80,9 @@ class LinkPredictor(pl.LightningModule):
             ``BasicGNN`` (GraphSAGE, GCN, GAT, GIN, ...) also trims sampled batches layer by
             layer (``trim``) and evaluates layer-wise.
         decoder: ``"dot"``, ``"mlp"`` (an :class:`~lightgraph.nn.link_decoders.MLPDecoder`
-            over the encoder's ``out_channels``) or a
+            over the encoder's ``out_channels``), ``"distmult"`` (a
+            :class:`~lightgraph.nn.link_decoders.DistMultDecoder` of ``num_relations``
+            types: the batches must carry ``rel``) or a
             :class:`~lightgraph.nn.link_decoders.LinkDecoder`.
         loss: ``"bce"`` (binary cross-entropy over the positives and negatives) or
             ``"softmax"`` (each positive against its own negatives).
@@ -82,6 +93,8 @@ class LinkPredictor(pl.LightningModule):
         eval_memory_budget: bytes the scoring of a chunk of queries may hold (the gathered
             negative embeddings and their scores); the node embeddings themselves
             (``N x D`` floats) come on top.
+        num_relations: relation types of the edges, for ``decoder="distmult"`` (the CLI
+            links it from the data module's ``num_relations``; 0: none).
     """
 
     def __init__(
@@ -95,6 +108,7 @@ class LinkPredictor(pl.LightningModule):
         trim: bool = True,
         inference_chunk_size: int = 8192,
         eval_memory_budget: int = 256 << 20,
+        num_relations: int = 0,
     ) -> None:
         super().__init__()
         owner = "LinkPredictor"
@@ -112,7 +126,8 @@ class LinkPredictor(pl.LightningModule):
         hits_k = [check_int(owner, "hits_k", k, low=1) for k in hits_k]
         self.save_hyperparameters(ignore=["model", "decoder"])
         self.model = model
-        self.decoder = _decoder(owner, decoder, model)
+        check_int(owner, "num_relations", num_relations, low=0)
+        self.decoder = _decoder(owner, decoder, model, num_relations)
         self.train_loss_metric = MeanMetric()
         self.val_loss_metric = MeanMetric()
         self.mrr = nn.ModuleDict({s: MeanReciprocalRank() for s in ("val", "test")})
@@ -264,7 +279,8 @@ class LinkPredictor(pl.LightningModule):
                 emb = gathered[: (b - a) * pairs]
                 torch.index_select(h, 0, ids.view(-1), out=emb)
                 h_src = h[batch.src[a:b]].to(self.device).unsqueeze(1)
-                scores = self.score(h_src, emb.view(b - a, pairs, channels).to(self.device))
+                rel = None if batch.rel is None else batch.rel[a:b].to(self.device).view(-1, 1)
+                scores = self.score(h_src, emb.view(b - a, pairs, channels).to(self.device), rel)
                 yield link_ranks(scores[:, 0], scores[:, 1:])
 
     @torch.no_grad()

@@ -49,6 +49,12 @@ class GraphDataset(ABC):
         """Whether every node carries several binary labels instead of one class."""
         return False
 
+    @property
+    def num_relations(self) -> int:
+        """Relation types of the edges (``data.edge_type`` in ``[0, num_relations)``), known
+        without loading; ``0`` (the default): the edges carry none."""
+        return 0
+
     @abstractmethod
     def load(self) -> Data:
         """Materialise the graph (see the class docstring for the layout)."""

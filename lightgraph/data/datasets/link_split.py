@@ -22,7 +22,7 @@ message-passing graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
 import torch
@@ -51,6 +51,54 @@ def is_symmetric(edge_index: Tensor, num_nodes: int) -> bool:
     return bool(torch.isin(reverse, keys).all())
 
 
+def pair_relations(
+    edges: Tensor, edge_index: Tensor, edge_type: Tensor, num_nodes: int, undirected: bool
+) -> Tensor:
+    """``[P]`` the relation type of every edge of ``edges`` (each an edge of ``edge_index``).
+
+    A pair carries one relation type: the same pair listed twice with two types (a
+    multi-relational pair) is an error, and so, on an undirected graph, is an edge whose
+    reverse carries another type.
+    """
+    owner = "random_link_split"
+    if edge_type.dim() != 1 or edge_type.numel() != edge_index.size(1):
+        raise ValueError(
+            f"{owner}: expected `edge_type` to give one relation type per edge "
+            f"({edge_index.size(1)}) but got shape {tuple(edge_type.shape)}."
+        )
+    if edge_type.is_floating_point() or edge_type.dtype == torch.bool:
+        raise ValueError(f"{owner}: expected integer `edge_type` but got {edge_type.dtype}.")
+    if edge_type.numel() and int(edge_type.min()) < 0:
+        raise ValueError(
+            f"{owner}: expected `edge_type` >= 0 but got the value {int(edge_type.min())}."
+        )
+    keys = edge_keys(edge_index[0], edge_index[1], num_nodes)
+    keys, order = keys.sort()
+    types = edge_type.long()[order]
+    clash = (keys[1:] == keys[:-1]) & (types[1:] != types[:-1])
+    if bool(clash.any()):
+        u, v = divmod(int(keys[1:][clash][0]), num_nodes)
+        raise ValueError(
+            f"{owner}: the edge ({u}, {v}) is listed with two relation types; a pair carries "
+            f"one relation type here (multi-relational pairs are not supported)."
+        )
+
+    def lookup(src: Tensor, dst: Tensor) -> Tensor:
+        at = torch.searchsorted(keys, edge_keys(src, dst, num_nodes)).clamp_(max=keys.numel() - 1)
+        return types[at]
+
+    out = lookup(edges[0], edges[1])
+    if undirected and edges.size(1):
+        differ = lookup(edges[1], edges[0]) != out
+        if bool(differ.any()):
+            i = int(differ.nonzero()[0])
+            raise ValueError(
+                f"{owner}: the undirected edge ({int(edges[0, i])}, {int(edges[1, i])}) "
+                f"carries different relation types in its two directions."
+            )
+    return out
+
+
 @dataclass
 class LinkSplit:
     """Positive edges of the train, validation and test splits and the rest of the graph.
@@ -71,9 +119,13 @@ class LinkSplit:
             transductive).
         check_disjoint: reject an edge in two splits (a benchmark's own split is taken as
             it is: ``False``).
+        train_rel, val_rel, test_rel: ``[E_split]`` the relation type of every positive
+            edge, when the graph's edges carry one (``None`` otherwise).
+        num_relations: relation types (``0``: the edges carry none).
 
     Raises:
-        ValueError: ids outside ``[0, num_nodes)``, or an edge in two splits.
+        ValueError: ids outside ``[0, num_nodes)``, an edge in two splits, or relation types
+            that do not match the positives.
     """
 
     num_nodes: int
@@ -87,10 +139,15 @@ class LinkSplit:
     val_observed: Tensor | None = None
     test_observed: Tensor | None = None
     check_disjoint: bool = True
+    train_rel: Tensor | None = None
+    val_rel: Tensor | None = None
+    test_rel: Tensor | None = None
+    num_relations: int = 0
 
     def __post_init__(self) -> None:
         owner = "LinkSplit"
         n = self.num_nodes
+        self._check_relations(owner)
         empty = torch.empty(2, 0, dtype=torch.long)
         if self.val_observed is None:
             self.val_observed = empty
@@ -117,6 +174,40 @@ class LinkSplit:
                         + "."
                     )
             seen[name] = keys
+
+    def _check_relations(self, owner: str) -> None:
+        given = [getattr(self, f"{name}_rel") is not None for name in LINK_SPLITS]
+        if not any(given):
+            if self.num_relations:
+                raise ValueError(
+                    f"{owner}: `num_relations={self.num_relations}` but no relation types were "
+                    f"given (train_rel, val_rel, test_rel)."
+                )
+            return
+        check_int(owner, "num_relations", self.num_relations, low=1)
+        for name in LINK_SPLITS:
+            rel = getattr(self, f"{name}_rel")
+            edges = getattr(self, name)
+            if rel is None or rel.dim() != 1 or rel.numel() != edges.size(1):
+                raise ValueError(
+                    f"{owner}: expected `{name}_rel` to give the relation type of each of the "
+                    f"{edges.size(1)} {name} edges but got "
+                    f"{None if rel is None else tuple(rel.shape)}."
+                )
+            if rel.numel() and (int(rel.min()) < 0 or int(rel.max()) >= self.num_relations):
+                raise ValueError(
+                    f"{owner}: expected `{name}_rel` in [0, {self.num_relations - 1}] but got "
+                    f"values in [{int(rel.min())}, {int(rel.max())}]."
+                )
+
+    def relations(self, split: str) -> Tensor | None:
+        """``[E]`` the relation types of ``split``'s positives, or ``None``."""
+        self.positives(split)  # checks the name
+        return getattr(self, f"{split}_rel")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every field, for ``LinkSplit(**state)`` (what the caches save)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def _canonical_keys(self, edges: Tensor) -> Tensor:
         src, dst = edges
@@ -195,6 +286,7 @@ def random_link_split(
     seed: int = 0,
     mode: LinkSplitMode = "transductive",
     observed_ratio: float = 0.5,
+    edge_type: Tensor | None = None,
 ) -> LinkSplit:
     """Split the edges of a graph at random into train / val / test positives.
 
@@ -223,9 +315,13 @@ def random_link_split(
         mode: ``"transductive"`` or ``"inductive"``.
         observed_ratio: inductive: fraction of a new node's edges that are observed, in
             [0, 1).
+        edge_type: ``[E]`` the relation type of every edge (integers from 0), for decoders
+            that score a pair under its relation (``DistMultDecoder``). A pair carries one
+            type (both directions the same on an undirected graph).
 
     Returns:
-        A :class:`LinkSplit`. Duplicate edges count once.
+        A :class:`LinkSplit` (with relation types when ``edge_type`` is given). Duplicate
+        edges count once.
     """
     owner = "random_link_split"
     num_nodes = check_int(owner, "num_nodes", num_nodes, low=1)
@@ -316,7 +412,7 @@ def random_link_split(
         order = torch.argsort(rank[unit], stable=True)
         pos, split_of = pos[:, order], split_of[order]
         train, val, test = (pos[:, split_of == k] for k in range(3))
-    return LinkSplit(
+    split = LinkSplit(
         num_nodes=num_nodes,
         undirected=bool(undirected),
         train=train,
@@ -328,6 +424,16 @@ def random_link_split(
         val_observed=val_observed,
         test_observed=test_observed,
     )
+    if edge_type is None:
+        return split
+    rel = {
+        f"{name}_rel": pair_relations(
+            getattr(split, name), edge_index, edge_type, num_nodes, bool(undirected)
+        )
+        for name in LINK_SPLITS
+    }
+    num_relations = int(edge_type.max()) + 1 if edge_type.numel() else 1
+    return replace(split, num_relations=num_relations, **rel)
 
 
 def check_link_split(owner: str, value: Any) -> LinkSplit:
@@ -407,7 +513,7 @@ class LinkTrainingGraph(GraphDataset):
                 self._split = random_link_split(
                     data.edge_index, int(data.num_nodes), self.val_ratio, self.test_ratio,
                     undirected=self.undirected, remove_reverse=self.remove_reverse,
-                    seed=self.seed,
+                    seed=self.seed, edge_type=getattr(data, "edge_type", None),
                 )  # fmt: skip
         return self._split
 

@@ -529,6 +529,12 @@ class SyntheticGraph(GraphDataset):
         locality_scale: mean distance, in nodes along the community's id order, of a
             local edge of an ordinary node (``>= 1``; default 16, the cluster-sparse
             tile side). Used only when ``locality > 0``.
+        num_relations: ``0`` (default): the edges carry no type. ``k >= 2``: every edge
+            ``(u, v)`` carries the relation type ``(y[u] + y[v]) % k`` (``data.edge_type``,
+            the same both ways), so a pair's relation says which classes it joins: a
+            link task for relation-aware decoders (``DistMultDecoder``). Single-label
+            graphs only; computed after everything else is drawn (the graph is
+            otherwise unchanged) and left out of :meth:`config` when 0.
 
     Raises:
         ValueError: if an argument is out of range (the message names it, the allowed
@@ -552,7 +558,23 @@ class SyntheticGraph(GraphDataset):
         label_noise: float = 0.0,
         locality: float = 0.0,
         locality_scale: float = _DEFAULT_LOCALITY_SCALE,
+        num_relations: int = 0,
     ) -> None:
+        if (
+            isinstance(num_relations, bool)
+            or not isinstance(num_relations, int)
+            or num_relations == 1
+            or num_relations < 0
+        ):
+            raise ValueError(
+                f"SyntheticGraph: expected `num_relations` to be 0 (no edge types) or an int "
+                f">= 2 but got {num_relations!r}."
+            )
+        if num_relations and multilabel:
+            raise ValueError(
+                "SyntheticGraph: `num_relations` > 0 needs single-label classes (the relation "
+                "of an edge is the sum of its endpoints' classes); got multilabel=True."
+            )
         _validate(
             "SyntheticGraph",
             num_nodes,
@@ -586,6 +608,12 @@ class SyntheticGraph(GraphDataset):
         self.label_noise = float(label_noise)
         self.locality = float(locality)
         self.locality_scale = float(locality_scale)
+        self._num_relations = int(num_relations)
+
+    @property
+    def num_relations(self) -> int:
+        """Relation types of the edges (0: none)."""
+        return self._num_relations
 
     @property
     def num_features(self) -> int:
@@ -627,11 +655,13 @@ class SyntheticGraph(GraphDataset):
         if self.locality > 0.0:
             config["locality"] = self.locality
             config["locality_scale"] = self.locality_scale
+        if self._num_relations:
+            config["num_relations"] = self._num_relations
         return config
 
     def load(self) -> Data:
         """Generate the graph (deterministic for the configured ``seed``)."""
-        return generate_synthetic_graph(
+        data = generate_synthetic_graph(
             num_nodes=self.num_nodes,
             avg_degree=self.avg_degree,
             num_classes=self._num_classes,
@@ -648,6 +678,10 @@ class SyntheticGraph(GraphDataset):
             locality=self.locality,
             locality_scale=self.locality_scale,
         )
+        if self._num_relations:
+            src, dst = data.edge_index
+            data.edge_type = (data.y[src] + data.y[dst]) % self._num_relations
+        return data
 
     def fingerprint(self) -> str:
         """E.g. ``SyntheticGraph(v1,num_nodes=20000,avg_degree=20.0,...,seed=0)``.

@@ -175,6 +175,11 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
         """The encoder's output size (``embedding_channels``), linked into the model."""
         return self.embedding_channels
 
+    @property
+    def num_relations(self) -> int:
+        """Relation types of the edges (the dataset's; 0: none), linked into the model."""
+        return self.dataset.num_relations
+
     # --------------------------------------------------------------- CachedDataModule
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -210,24 +215,10 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
                 seed=self.seed,
                 mode=self.split_mode,
                 observed_ratio=self.observed_ratio,
+                edge_type=getattr(data, "edge_type", None),
             )
         writer.save("x.pt", data.x.contiguous())
-        writer.save(
-            "split.pt",
-            {
-                "num_nodes": split.num_nodes,
-                "undirected": split.undirected,
-                "remove_reverse": split.remove_reverse,
-                "train": split.train,
-                "val": split.val,
-                "test": split.test,
-                "other": split.other,
-                "graph_keys": split.graph_keys,
-                "val_observed": split.val_observed,
-                "test_observed": split.test_observed,
-                "check_disjoint": split.check_disjoint,
-            },
-        )
+        writer.save("split.pt", split.state_dict())
         for name in ("train", "val", "test"):
             indptr, indices = to_csc(split.message_edges(name), split.num_nodes)
             writer.save(f"{name}_csc.pt", {"indptr": indptr, "indices": indices})
@@ -294,6 +285,7 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
                 seed=self.seed,
                 rank=shard.rank,
                 world_size=shard.world_size,
+                rel=split.train_rel,
             )
         else:
             loader = MultistageLoader(
@@ -343,6 +335,7 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             num_threads=self.first_stage.num_sampler_threads,
             epoch=epoch,
             index=k,
+            rel=split.train_rel,
         )
 
     def stage_two(self, step: StagedStep) -> Any:
@@ -399,6 +392,7 @@ class LinkNeighborSamplingDataModule(DatasetSizes, CachedDataModule):
             num_negatives=self.eval_negatives,
             seed=self.seed,
             shared_neg=given.get(split_name) if shared else None,
+            rel=split.relations(split_name),
         )
 
     def loader(self, split: str) -> Iterable[Any]:

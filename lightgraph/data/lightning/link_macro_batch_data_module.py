@@ -26,9 +26,8 @@ from lightgraph.data.store.cache import CacheReader, CacheWriter
 from lightgraph.functional.neighbor_sampling import to_csc
 from lightgraph.utilities.checks import check_choice, check_int
 
-#: The split's file in the store's cache directory, and the tensors it holds.
+#: The split's file in the store's cache directory (``LinkSplit.state_dict()``).
 SPLIT_FILE = "link_split.pt"
-SPLIT_TENSORS = ("train", "val", "test", "other", "graph_keys", "val_observed", "test_observed")
 
 
 class LinkMacroBatchDataModule(MacroBatchDataModule):
@@ -120,18 +119,16 @@ class LinkMacroBatchDataModule(MacroBatchDataModule):
 
     # ------------------------------------------------------------------ the cache
     def fingerprint(self) -> dict[str, Any]:
-        return {**super().fingerprint(), "link_split_format": 1}
+        return {**super().fingerprint(), "link_split_format": 2}
 
     def build(self, writer: CacheWriter) -> Mapping[str, Any]:
         """The store of the training graph, plus the split (``link_split.pt``): training and
         evaluation later read the split from here, never the whole dataset again."""
         meta = dict(super().build(writer))
         split = self.link_graph.split()
-        writer.save(SPLIT_FILE, {name: getattr(split, name) for name in SPLIT_TENSORS})
+        writer.save(SPLIT_FILE, split.state_dict())
         meta["link_split"] = {
-            "num_nodes": split.num_nodes,
             "undirected": split.undirected,
-            "remove_reverse": split.remove_reverse,
             **{name: int(getattr(split, name).size(1)) for name in ("train", "val", "test")},
         }
         return meta
@@ -155,16 +152,11 @@ class LinkMacroBatchDataModule(MacroBatchDataModule):
     def link_split(self) -> LinkSplit:
         """The split, read from the store's ``link_split.pt`` (memory-mapped) once."""
         if self._split is None:
-            meta = self._split_meta()
+            self._split_meta()  # the store is open
             assert self._cache is not None
-            tensors = self._cache.load(SPLIT_FILE, mmap=True)
-            self._split = LinkSplit(
-                num_nodes=int(meta["num_nodes"]),
-                undirected=bool(meta["undirected"]),
-                remove_reverse=bool(meta["remove_reverse"]),
-                check_disjoint=False,  # checked when the split was made
-                **tensors,
-            )
+            state = self._cache.load(SPLIT_FILE, mmap=True)
+            state["check_disjoint"] = False  # checked when the split was made
+            self._split = LinkSplit(**state)
         return self._split
 
     @property

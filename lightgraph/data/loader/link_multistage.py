@@ -53,6 +53,7 @@ class LinkMacroBatch:
         batches: per mini-batch, the positions in ``pos`` of its edges.
         num_seeds: the stage-1 seeds (distinct endpoints and negatives).
         build_seconds: host time of stage 1.
+        rel: ``[E_m]`` the positives' relation types, when the edges carry them.
     """
 
     epoch: int
@@ -66,6 +67,7 @@ class LinkMacroBatch:
     batches: list[Tensor]
     num_seeds: int
     build_seconds: float = 0.0
+    rel: Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -90,11 +92,13 @@ def build_link_macro_batch(
     node_buffer: Tensor | None = None,
     epoch: int = 0,
     index: int = 0,
+    rel: Tensor | None = None,
 ) -> LinkMacroBatch:
     """Stage 1 of the macro-batch ``planned`` (its ``seeds`` are edge ids into ``pos``).
 
     ``graph = (indptr, indices, x)`` is the training message-passing graph; ``stream``
-    keys the macro-batch's random draws (negatives, stage-1 sample).
+    keys the macro-batch's random draws (negatives, stage-1 sample); ``rel``: the relation
+    type of every edge of ``pos``, if any.
     """
     tic = time.perf_counter()
     indptr, indices, x = graph
@@ -138,6 +142,7 @@ def build_link_macro_batch(
         batches=batches,
         num_seeds=int(seeds.numel()),
         build_seconds=time.perf_counter() - tic,
+        rel=None if rel is None else rel[planned.seeds],
     )
 
 
@@ -157,7 +162,7 @@ def link_stage_two(
         else (macro.epoch, macro.index, step, "rank", rank)
     )
     edges = macro.batches[step]
-    return sample_link_minibatch(
+    batch = sample_link_minibatch(
         macro.indptr,
         macro.indices,
         macro.x,
@@ -168,3 +173,6 @@ def link_stage_two(
         exclude=exclude,
         node_ids=macro.node,
     )
+    if macro.rel is not None:
+        batch.rel = macro.rel[edges]
+    return batch

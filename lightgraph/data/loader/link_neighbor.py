@@ -123,6 +123,8 @@ class LinkNeighborSamplingLoader(NeighborSamplingLoader):
         exclude: remove each batch's positive edges and their reverses from its sample.
         shuffle, seed, node_ids, node_buffer, memory_mapped, rank, world_size: as for
             :class:`~lightgraph.data.loader.minibatch.NeighborSamplingLoader`.
+        rel: ``[E]`` the relation type of every positive edge; each batch then carries its
+            positives' as ``rel`` (the negatives share their positive's).
     """
 
     STATS_KEYS = ("mini_batches", "targets", "nodes_loaded", "dropped_targets")
@@ -145,10 +147,17 @@ class LinkNeighborSamplingLoader(NeighborSamplingLoader):
         memory_mapped: bool = False,
         rank: int = 0,
         world_size: int = 1,
+        rel: Tensor | None = None,
     ) -> None:
         owner = "LinkNeighborSamplingLoader"
         num_nodes = indptr.numel() - 1
         self.pos = check_graph_edge_index(owner, "pos", pos, num_nodes)
+        if rel is not None and (rel.dim() != 1 or rel.numel() != self.pos.size(1)):
+            raise ValueError(
+                f"{owner}: expected `rel` to give the relation type of each of the "
+                f"{self.pos.size(1)} positive edges but got shape {tuple(rel.shape)}."
+            )
+        self.rel = rel
         if not isinstance(negative_sampler, NegativeSampler):
             raise TypeError(
                 f"{owner}: expected `negative_sampler` to be a NegativeSampler but got "
@@ -207,6 +216,8 @@ class LinkNeighborSamplingLoader(NeighborSamplingLoader):
                 node_buffer=self._node_buffer(),
                 memory_mapped=self.memory_mapped,
             )
+            if self.rel is not None:
+                batch.rel = self.rel[edges]
             counts = {
                 "mini_batches": 1,
                 "targets": int(edges.numel()),
