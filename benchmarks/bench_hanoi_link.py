@@ -216,7 +216,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-gb", type=float, default=1.25)
     p.add_argument("--throttle-mbps", type=float, default=500.0)
     p.add_argument(
-        "--pairs-batches", type=int, default=128, help="mini-batches of the pairs run (0: all)"
+        "--pairs-batches", type=int, default=1024, help="mini-batches of the pairs run (0: all)"
     )
     p.add_argument("--schedules", nargs="+", default=list(SCHEDULES), choices=SCHEDULES)
     p.add_argument("--run-timeout", type=float, default=1800.0)

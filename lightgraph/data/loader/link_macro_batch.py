@@ -10,8 +10,11 @@ inside them. Which edges an epoch trains is the ``edge_schedule``:
   macro-batch is one *pair of groups*, and the epoch holds every pair (in a shuffled
   order), so the partitions of any two nodes meet in some macro-batch -- the property
   MariusGNN's buffer ordering gives its partition buckets. An edge between groups ``A`` and
-  ``B`` is trained in the macro-batch ``{A, B}``, an edge inside group ``A`` in the first
-  macro-batch of the epoch that holds ``A``. The price is reading: with ``g = ceil(P /
+  ``B`` is trained in the macro-batch ``{A, B}``; the edges inside group ``A`` are spread
+  over the ``g - 1`` macro-batches holding ``A`` (each edge to one of them, by a hash of
+  its endpoints and the epoch), so the macro-batches carry similar numbers of edges
+  rather than the first holding each group carrying most of them (partitions keep most
+  edges inside). The price is reading: with ``g = ceil(P /
   (parts_per_batch // 2))`` groups of ``P`` partitions an epoch reads ``g (g - 1) / 2``
   macro-batches, every partition ``g - 1`` times (the recipe's 64 partitions, 8 per
   macro-batch: 16 groups, 120 macro-batches, the store read 15 times).
@@ -75,13 +78,38 @@ class PairSchedule:
     Attributes:
         macro_batches: the partitions of every macro-batch, in training order.
         group_of_part: ``[num_parts]`` the group of every partition.
-        assigned: ``[g, g]`` the macro-batch that trains the edges between groups ``a`` and
-            ``b`` (symmetric; the diagonal: the first macro-batch holding the group).
+        assigned: ``[g, g]`` the macro-batch holding groups ``a`` and ``b`` (symmetric; the
+            diagonal: ``-1``, or ``0`` when one macro-batch holds everything).
+        slot: ``[g, g]`` the position of macro-batch ``{a, b}`` among the ``g - 1``
+            macro-batches holding ``a`` (the edges inside ``a`` are spread over them).
     """
 
     macro_batches: list[list[int]]
     group_of_part: Tensor
     assigned: Tensor
+    slot: Tensor
+
+    def edge_macro_batch(self, group_u: Tensor, group_v: Tensor, key: Tensor, epoch: int) -> Tensor:
+        """The macro-batch that trains each edge between groups ``group_u`` and
+        ``group_v``; ``key``: a per-edge integer, the same for ``(u, v)`` and ``(v, u)``,
+        that spreads the edges inside a group over the macro-batches holding it."""
+        g = int(self.assigned.size(0))
+        out = self.assigned[group_u, group_v].clone()
+        inner = group_u == group_v
+        if g > 1 and bool(inner.any()):
+            spread = (key[inner] * 2654435761 + epoch * 40503) % (g - 1)
+            holding = self._holding()[group_u[inner]]  # [n, g - 1] macro-batches of the group
+            out[inner] = holding.gather(1, spread.view(-1, 1)).view(-1)
+        return out
+
+    def _holding(self) -> Tensor:
+        """``[g, g - 1]`` the macro-batches holding each group, by slot."""
+        g = int(self.assigned.size(0))
+        holding = torch.empty(g, g - 1, dtype=torch.long)
+        for a in range(g):
+            others = [b for b in range(g) if b != a]
+            holding[a, self.slot[a, others]] = self.assigned[a, others]
+        return holding
 
 
 def pair_schedule(num_parts: int, parts_per_batch: int, seed: int, epoch: int) -> PairSchedule:
@@ -97,18 +125,20 @@ def pair_schedule(num_parts: int, parts_per_batch: int, seed: int, epoch: int) -
     for a, group in enumerate(groups):
         group_of_part[group] = a
     assigned = torch.full((g, g), -1, dtype=torch.long)
+    slot = torch.full((g, g), -1, dtype=torch.long)
     if g == 1:
         assigned[0, 0] = 0
-        return PairSchedule([list(groups[0])], group_of_part, assigned)
+        return PairSchedule([list(groups[0])], group_of_part, assigned, slot)
     pairs = [(a, b) for a in range(g) for b in range(a + 1, g)]
     order = torch.randperm(len(pairs), generator=make_generator(seed, "pairs", epoch)).tolist()
     pairs = [pairs[i] for i in order]
+    seen = [0] * g
     for k, (a, b) in enumerate(pairs):
         assigned[a, b] = assigned[b, a] = k
-        for c in (a, b):
-            if assigned[c, c] < 0:
-                assigned[c, c] = k
-    return PairSchedule([groups[a] + groups[b] for a, b in pairs], group_of_part, assigned)
+        slot[a, b], slot[b, a] = seen[a], seen[b]
+        seen[a] += 1
+        seen[b] += 1
+    return PairSchedule([groups[a] + groups[b] for a, b in pairs], group_of_part, assigned, slot)
 
 
 def owned_positives(mb: LoadedMacroBatch, undirected: bool) -> Tensor:
@@ -234,8 +264,12 @@ class LinkMacroBatchLoader(MacroBatchLoader):
         ptr = torch.as_tensor(self.store.part_ptr, dtype=torch.long)
         part = torch.searchsorted(ptr, mb.store_ids.long(), right=True) - 1
         group = schedule.group_of_part[part]
-        keep = schedule.assigned[group[pos[0]], group[pos[1]]] == m
-        return pos[:, keep]
+        ids = mb.node_ids.long()
+        u, v = ids[pos[0]], ids[pos[1]]
+        # The same key for an edge in every macro-batch (original ids), below 2**31.
+        key = (torch.minimum(u, v) * 1_000_003 + torch.maximum(u, v)) % 2_147_483_647
+        which = schedule.edge_macro_batch(group[pos[0]], group[pos[1]], key, epoch)
+        return pos[:, which == m]
 
     def _minibatches(
         self,

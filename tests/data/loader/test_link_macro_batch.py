@@ -153,6 +153,12 @@ def test_a_pairs_epoch_trains_every_training_edge_exactly_once(tmp_path, parts_p
     for _ in range(2):
         assert sorted(_trained(loader)) == expected
     assert loader.schedule(0) != loader.schedule(1)
+    # The edges inside a group are spread: no macro-batch carries most of the epoch.
+    if len(loader.schedule(0)) > 2:
+        per_macro = [0] * len(loader.schedule(0))
+        for batch in loader:
+            per_macro[loader.schedule(2).index(batch.macro_parts.tolist())] += batch.src.numel()
+        assert max(per_macro) < 0.5 * sum(per_macro)
 
 
 @pytest.mark.parametrize(("num_parts", "parts_per_batch"), [(8, 2), (8, 3), (9, 4), (5, 5), (7, 9)])
@@ -162,11 +168,16 @@ def test_the_pair_schedule_lets_every_two_partitions_meet(num_parts, parts_per_b
     sched = pair_schedule(num_parts, parts_per_batch, seed=3, epoch=1)
     batches = sched.macro_batches
     assert all(len(b) == len(set(b)) <= parts_per_batch for b in batches)
+    group = sched.group_of_part
+    keys = torch.arange(500)
     for a in range(num_parts):
         for b in range(num_parts):
             holding = [k for k, mb in enumerate(batches) if a in mb and b in mb]
-            k = int(sched.assigned[sched.group_of_part[a], sched.group_of_part[b]])
-            assert holding and k == holding[0] if a == b else k in holding
+            ga, gb = torch.full((500,), int(group[a])), torch.full((500,), int(group[b]))
+            chosen = sched.edge_macro_batch(ga, gb, keys, epoch=1)
+            assert holding and set(chosen.tolist()) <= set(holding)
+            if group[a] == group[b] and len(batches) > 1:  # spread over every holder
+                assert set(chosen.tolist()) == set(holding)
 
 
 def test_pairs_need_two_partitions_per_macro_batch(tmp_path):
