@@ -55,23 +55,12 @@ class LightgraphCLI(LightningCLI):
         parser.link_arguments(
             "data.multilabel", "model.init_args.multilabel", apply_on="instantiate"
         )
-        parser.link_arguments(
-            "data",
-            "model.init_args.num_relations",
-            compute_fn=_num_relations,
-            apply_on="instantiate",
-        )
 
 
 def _num_outputs(data: Any) -> int:
     """Outputs of the model's head: ``num_outputs`` (e.g. 1 for regression) or ``num_classes``."""
     outputs = getattr(data, "num_outputs", None)
     return int(outputs) if outputs is not None else data.num_classes
-
-
-def _num_relations(data: Any) -> int:
-    """Relation types of the data's edges (0 when it has none), for relation-aware decoders."""
-    return int(getattr(data, "num_relations", 0))
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> LightgraphCLI:

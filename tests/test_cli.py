@@ -70,7 +70,7 @@ def test_the_link_recipes_train_and_rank_held_out_edges(tmp_path, name: str) -> 
     assert cli.model.model.out_channels == cli.datamodule.num_outputs == 64
 
 
-def test_a_relation_typed_graph_links_its_relations_into_distmult(tmp_path) -> None:
+def test_a_relation_typed_graph_trains_distmult_from_the_cli(tmp_path) -> None:
     recipe = os.path.join(ROOT, "recipes", "link_ns.yaml")
     cli = build_cli(
         [
@@ -80,6 +80,7 @@ def test_a_relation_typed_graph_links_its_relations_into_distmult(tmp_path) -> N
             "--data.init_args.dataset.init_args.num_nodes=400",
             "--data.init_args.dataset.init_args.num_relations=3",
             "--model.init_args.decoder=distmult",
+            "--model.init_args.num_relations=3",
             "--data.init_args.batch_size=128",
             "--data.init_args.eval_negatives=20",
             f"--data.init_args.cache_dir={tmp_path}",

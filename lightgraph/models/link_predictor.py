@@ -62,8 +62,9 @@ def _decoder(owner: str, decoder: Any, model: nn.Module, num_relations: int) -> 
         if num_relations < 1:
             raise ValueError(
                 f"{owner}: decoder='distmult' scores each pair under its relation type and "
-                f"needs `num_relations` >= 1 (the CLI links it from the data module's "
-                f"`num_relations`, e.g. SyntheticGraph(num_relations=4)) but got {num_relations}."
+                f"needs `num_relations` >= 1 (the data's relation types, e.g. "
+                f"--model.init_args.num_relations=4 for SyntheticGraph(num_relations=4)) but "
+                f"got {num_relations}."
             )
         return DistMultDecoder(channels, num_relations)
     raise ValueError(
@@ -93,8 +94,9 @@ class LinkPredictor(pl.LightningModule):
         eval_memory_budget: bytes the scoring of a chunk of queries may hold (the gathered
             negative embeddings and their scores); the node embeddings themselves
             (``N x D`` floats) come on top.
-        num_relations: relation types of the edges, for ``decoder="distmult"`` (the CLI
-            links it from the data module's ``num_relations``; 0: none).
+        num_relations: relation types of the edges, for ``decoder="distmult"`` (the data
+            module's ``num_relations``; 0: none). Not linked by the CLI, which would hand it
+            to every model: give it with the decoder.
     """
 
     def __init__(

@@ -1,5 +1,5 @@
 """Relation types on the link path: the split, the NS and JOESTAR batches, ranking under
-DistMult against a dense reference, errors, and training through the CLI's linking."""
+DistMult against a dense reference, errors, and training through the CLI."""
 
 from __future__ import annotations
 
