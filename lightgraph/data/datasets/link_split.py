@@ -22,7 +22,7 @@ message-passing graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
 import torch
@@ -52,9 +52,10 @@ def is_symmetric(edge_index: Tensor, num_nodes: int) -> bool:
 
 
 def pair_relations(
-    edges: Tensor, edge_index: Tensor, edge_type: Tensor, num_nodes: int, undirected: bool
-) -> Tensor:
-    """``[P]`` the relation type of every edge of ``edges`` (each an edge of ``edge_index``).
+    splits: list[Tensor], edge_index: Tensor, edge_type: Tensor, num_nodes: int, undirected: bool
+) -> list[Tensor]:
+    """``[P]`` the relation type of every edge of each of ``splits`` (edges of
+    ``edge_index``), from one sorted lookup of the graph's edges.
 
     A pair carries one relation type: the same pair listed twice with two types (a
     multi-relational pair) is an error, and so, on an undirected graph, is an edge whose
@@ -87,15 +88,18 @@ def pair_relations(
         at = torch.searchsorted(keys, edge_keys(src, dst, num_nodes)).clamp_(max=keys.numel() - 1)
         return types[at]
 
-    out = lookup(edges[0], edges[1])
-    if undirected and edges.size(1):
-        differ = lookup(edges[1], edges[0]) != out
-        if bool(differ.any()):
-            i = int(differ.nonzero()[0])
-            raise ValueError(
-                f"{owner}: the undirected edge ({int(edges[0, i])}, {int(edges[1, i])}) "
-                f"carries different relation types in its two directions."
-            )
+    out = []
+    for edges in splits:
+        rel = lookup(edges[0], edges[1])
+        if undirected and edges.size(1):
+            differ = lookup(edges[1], edges[0]) != rel
+            if bool(differ.any()):
+                i = int(differ.nonzero()[0])
+                raise ValueError(
+                    f"{owner}: the undirected edge ({int(edges[0, i])}, {int(edges[1, i])}) "
+                    f"carries different relation types in its two directions."
+                )
+        out.append(rel)
     return out
 
 
@@ -412,7 +416,12 @@ def random_link_split(
         order = torch.argsort(rank[unit], stable=True)
         pos, split_of = pos[:, order], split_of[order]
         train, val, test = (pos[:, split_of == k] for k in range(3))
-    split = LinkSplit(
+    rel: dict[str, Any] = {}
+    if edge_type is not None:
+        types = pair_relations([train, val, test], edge_index, edge_type, num_nodes, bool(undirected))
+        rel = dict(zip(("train_rel", "val_rel", "test_rel"), types, strict=True))
+        rel["num_relations"] = int(edge_type.max()) + 1 if edge_type.numel() else 1
+    return LinkSplit(
         num_nodes=num_nodes,
         undirected=bool(undirected),
         train=train,
@@ -423,17 +432,8 @@ def random_link_split(
         graph_keys=keys,
         val_observed=val_observed,
         test_observed=test_observed,
+        **rel,
     )
-    if edge_type is None:
-        return split
-    rel = {
-        f"{name}_rel": pair_relations(
-            getattr(split, name), edge_index, edge_type, num_nodes, bool(undirected)
-        )
-        for name in LINK_SPLITS
-    }
-    num_relations = int(edge_type.max()) + 1 if edge_type.numel() else 1
-    return replace(split, num_relations=num_relations, **rel)
 
 
 def check_link_split(owner: str, value: Any) -> LinkSplit:

@@ -80,14 +80,14 @@ class PairSchedule:
         group_of_part: ``[num_parts]`` the group of every partition.
         assigned: ``[g, g]`` the macro-batch holding groups ``a`` and ``b`` (symmetric; the
             diagonal: ``-1``, or ``0`` when one macro-batch holds everything).
-        slot: ``[g, g]`` the position of macro-batch ``{a, b}`` among the ``g - 1``
-            macro-batches holding ``a`` (the edges inside ``a`` are spread over them).
+        holding: ``[g, g - 1]`` the macro-batches holding each group, in training order
+            (the edges inside a group are spread over them).
     """
 
     macro_batches: list[list[int]]
     group_of_part: Tensor
     assigned: Tensor
-    slot: Tensor
+    holding: Tensor
 
     def edge_macro_batch(self, group_u: Tensor, group_v: Tensor, key: Tensor, epoch: int) -> Tensor:
         """The macro-batch that trains each edge between groups ``group_u`` and
@@ -98,18 +98,8 @@ class PairSchedule:
         inner = group_u == group_v
         if g > 1 and bool(inner.any()):
             spread = (key[inner] * 2654435761 + epoch * 40503) % (g - 1)
-            holding = self._holding()[group_u[inner]]  # [n, g - 1] macro-batches of the group
-            out[inner] = holding.gather(1, spread.view(-1, 1)).view(-1)
+            out[inner] = self.holding[group_u[inner], spread]
         return out
-
-    def _holding(self) -> Tensor:
-        """``[g, g - 1]`` the macro-batches holding each group, by slot."""
-        g = int(self.assigned.size(0))
-        holding = torch.empty(g, g - 1, dtype=torch.long)
-        for a in range(g):
-            others = [b for b in range(g) if b != a]
-            holding[a, self.slot[a, others]] = self.assigned[a, others]
-        return holding
 
 
 def pair_schedule(num_parts: int, parts_per_batch: int, seed: int, epoch: int) -> PairSchedule:
@@ -125,20 +115,20 @@ def pair_schedule(num_parts: int, parts_per_batch: int, seed: int, epoch: int) -
     for a, group in enumerate(groups):
         group_of_part[group] = a
     assigned = torch.full((g, g), -1, dtype=torch.long)
-    slot = torch.full((g, g), -1, dtype=torch.long)
+    holding = torch.empty(g, g - 1, dtype=torch.long)
     if g == 1:
         assigned[0, 0] = 0
-        return PairSchedule([list(groups[0])], group_of_part, assigned, slot)
+        return PairSchedule([list(groups[0])], group_of_part, assigned, holding)
     pairs = [(a, b) for a in range(g) for b in range(a + 1, g)]
     order = torch.randperm(len(pairs), generator=make_generator(seed, "pairs", epoch)).tolist()
     pairs = [pairs[i] for i in order]
     seen = [0] * g
     for k, (a, b) in enumerate(pairs):
         assigned[a, b] = assigned[b, a] = k
-        slot[a, b], slot[b, a] = seen[a], seen[b]
-        seen[a] += 1
-        seen[b] += 1
-    return PairSchedule([groups[a] + groups[b] for a, b in pairs], group_of_part, assigned, slot)
+        for c in (a, b):
+            holding[c, seen[c]] = k
+            seen[c] += 1
+    return PairSchedule([groups[a] + groups[b] for a, b in pairs], group_of_part, assigned, holding)
 
 
 def owned_positives(mb: LoadedMacroBatch, undirected: bool) -> Tensor:
@@ -221,12 +211,7 @@ class LinkMacroBatchLoader(MacroBatchLoader):
 
     def _check_data_parallel(self, owner: str) -> None:
         # Every rank reads the whole macro-batch: no per-partition counts are needed.
-        if self.adaptive_reuse:
-            raise ValueError(
-                f"{owner}: `adaptive_reuse=True` is not supported with world_size="
-                f"{self.world_size}: the ranks would decide different numbers of passes and "
-                f"data-parallel training would hang. Use a fixed `reuse` instead."
-            )
+        self._check_fixed_reuse(owner)
 
     def _target_counts(self) -> list[int] | None:
         # The partitions' edge counts are not in the store: every macro-batch's steps come

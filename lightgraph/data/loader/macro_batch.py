@@ -310,15 +310,20 @@ class MacroBatchLoader(ResumableLoader):
         if self.world_size > 1:
             self._check_data_parallel(owner)
 
-    def _check_data_parallel(self, owner: str) -> None:
-        world = self.world_size
+    def _check_fixed_reuse(self, owner: str) -> None:
+        """Data-parallel ranks need the same passes: no adaptive reuse."""
         if self.adaptive_reuse:
             raise ValueError(
-                f"{owner}: `adaptive_reuse=True` is not supported with world_size={world}: "
-                f"each rank would decide its number of passes from its own read times, the "
-                f"ranks would take different numbers of steps and data-parallel training "
-                f"would hang. Use a fixed `reuse` (adaptive_reuse=False) instead."
+                f"{owner}: `adaptive_reuse=True` is not supported with world_size="
+                f"{self.world_size}: each rank would decide its number of passes from its own "
+                f"read times, the ranks would take different numbers of steps and "
+                f"data-parallel training would hang. Use a fixed `reuse` (adaptive_reuse=False) "
+                f"instead."
             )
+
+    def _check_data_parallel(self, owner: str) -> None:
+        world = self.world_size
+        self._check_fixed_reuse(owner)
         if world > self.num_parts:
             raise ValueError(
                 f"{owner}: expected `world_size` <= {self.num_parts} (the store's partitions: "
