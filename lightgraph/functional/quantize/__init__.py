@@ -18,14 +18,22 @@ One module per job:
 * :mod:`~lightgraph.functional.quantize.wire`: the wire format, bit packing, the message
   layout with its trailer of wide-offset rows, byte order and size;
 * :mod:`~lightgraph.functional.quantize.fused`: the fused numba CPU path;
+* :mod:`~lightgraph.functional.quantize.fused_triton`: the fused Triton path (CUDA, and
+  CPU tensors under Triton's interpreter);
 * :mod:`~lightgraph.functional.quantize.dispatch`: the entry points :func:`quantize`,
-  :func:`dequantize`, :func:`pack_rows` and :func:`unpack_rows`, which take the fused
-  path or the torch reference (same bytes either way);
+  :func:`dequantize`, :func:`pack_rows` and :func:`unpack_rows`, which take a fused
+  path or the torch reference (same bytes either way; ``path=`` chooses);
 * :mod:`~lightgraph.functional.quantize.backend` loads the numba kernels,
   :mod:`~lightgraph.functional.quantize.checks` checks arguments.
 """
 
-from lightgraph.functional.quantize.dispatch import dequantize, pack_rows, quantize, unpack_rows
+from lightgraph.functional.quantize.dispatch import (
+    PATHS,
+    dequantize,
+    pack_rows,
+    quantize,
+    unpack_rows,
+)
 from lightgraph.functional.quantize.fused import warmup
 from lightgraph.functional.quantize.noise import SEED_HIGH, counter_noise
 from lightgraph.functional.quantize.reference import PARAM_DTYPE, QuantizedRows
@@ -43,6 +51,7 @@ from lightgraph.utilities.checks import BITS
 __all__ = [
     "BITS",
     "PARAM_BYTES_PER_ROW",
+    "PATHS",
     "PARAM_DTYPE",
     "SEED_HIGH",
     "WIDE_BYTES_PER_ROW",

@@ -1,34 +1,39 @@
-"""The quantiser's entry points: each call takes the fused numba path or the torch reference.
+"""The quantiser's entry points: each call takes a fused path or the torch reference.
 
-**Execution paths** (all produce the same bytes for the same seed):
+**Execution paths** (``path=``; all produce the same bytes for the same seed):
 
-* CPU, the default: the fused numba kernels (:mod:`~lightgraph.functional.quantize.fused`).
-  ``compiled=True`` is accepted and ignored on this path.
-* CUDA tensors: the element-wise core with the in-graph counter hash runs through
-  ``torch.compile`` (Inductor generates one Triton kernel for hash + quantize); row
-  statistics, the parameter search and bit packing are eager torch. Untested: written
-  without a GPU at hand (the CUDA tests skip there); if compilation fails it warns
-  once and falls back to the eager reference.
-* The eager torch reference (no numba, or the kernels failed:
-  :mod:`~lightgraph.functional.quantize.backend`): materialises
-  :func:`~lightgraph.functional.quantize.counter_noise` block by block;
-  ``compiled=True`` there compiles the counter core with Inductor instead. An explicit
-  ``noise`` tensor (``quantize(..., noise=u)``) always takes the reference element-wise
-  core, eager or compiled.
+* ``"numba"``: the fused numba CPU kernels (:mod:`~lightgraph.functional.quantize.fused`),
+  the default for CPU tensors. ``compiled=True`` is accepted and ignored on this path.
+* ``"triton"``: the fused Triton kernels
+  (:mod:`~lightgraph.functional.quantize.fused_triton`), the default for CUDA tensors
+  with float32, float16 or bfloat16 rows: one kernel per width present for quantize +
+  pack and for unpack + dequantize, parameters and noise computed inside. On CPU
+  tensors the same kernels run under Triton's interpreter (slow; for tests). Needs the
+  ``triton`` package (``pip install 'lightgraph[triton]'``).
+* ``"torch"``: the torch reference (:mod:`~lightgraph.functional.quantize.reference`):
+  eager, materialising :func:`~lightgraph.functional.quantize.counter_noise` block by
+  block; ``compiled=True`` (or a CUDA tensor) runs the element-wise core with the
+  in-graph counter hash through ``torch.compile`` instead. The default where the fused
+  path of the device is missing (no numba, no triton, float64 rows on CUDA) or has
+  failed (it then warns once). An explicit ``noise`` tensor
+  (``quantize(..., noise=u)``) always takes it.
 
-Where the kernels reject a row (NaN, infinity, a range a bfloat16 scale cannot cover),
-the call re-runs on the torch reference, which raises the error that names the row.
+``path="auto"`` (the default) picks as above. Blocks with no rows or no columns take the
+reference on every path (nothing to fuse; same bytes). Where a kernel rejects a row
+(NaN, infinity, a range a bfloat16 scale cannot cover), the call re-runs on the torch
+reference, which raises the error that names the row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from types import ModuleType
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
-from lightgraph.functional.quantize import backend
+from lightgraph.functional.quantize import backend, fused_triton
 from lightgraph.functional.quantize.checks import (
     _check_bits,
     _check_buf,
@@ -62,12 +67,76 @@ from lightgraph.functional.quantize.wire import (
 )
 from lightgraph.utilities.checks import BITS
 
+PATHS = ("auto", "numba", "triton", "torch")
+"""Values of the ``path`` argument of the entry points."""
 
-def _fast(x: Tensor) -> ModuleType | None:
-    """The kernel module when ``x`` can take the numba path (CPU, ``D >= 1``)."""
-    if x.device.type != "cpu" or x.shape[0] == 0 or x.shape[1] == 0:
+_TRITON_FAILED = False
+_T = TypeVar("_T")
+
+
+def resolve_path(fn: str, path: str, device: torch.device, dtype: torch.dtype | None) -> str:
+    """The path (``"numba"``, ``"triton"`` or ``"torch"``) a call with ``path`` takes for
+    tensors on ``device`` whose rows have ``dtype`` (``None``: no float rows, i.e.
+    unpacking). Raises for a path that cannot run here, naming the argument."""
+    if path not in PATHS:
+        raise ValueError(f"{fn}: expected `path` to be one of {PATHS} but got {path!r}.")
+    triton_dtype = dtype is None or dtype in fused_triton._INPUT_DTYPES
+    if path == "auto":
+        if device.type == "cpu":
+            return "numba" if backend._kernels() is not None else "torch"
+        if (
+            device.type == "cuda"
+            and triton_dtype
+            and not _TRITON_FAILED
+            and fused_triton.triton_unavailable() is None
+        ):
+            return "triton"
+        return "torch"
+    if path == "numba":
+        if device.type != "cpu":
+            raise ValueError(
+                f"{fn}: path='numba' runs on CPU tensors but got tensors on {device}; use "
+                "path='auto', 'triton' or 'torch'."
+            )
+        if backend._kernels() is None:
+            raise RuntimeError(f"{fn}: path='numba' needs numba, which could not be imported.")
+    if path == "triton":
+        reason = fused_triton.triton_unavailable()
+        if reason is not None:
+            raise RuntimeError(f"{fn}: path='triton' needs triton: {reason}.")
+        if device.type not in ("cuda", "cpu"):
+            raise ValueError(
+                f"{fn}: path='triton' runs on CUDA tensors (or CPU tensors under Triton's "
+                f"interpreter) but got tensors on {device}."
+            )
+        if not triton_dtype:
+            raise ValueError(
+                f"{fn}: path='triton' takes rows of "
+                f"{[str(d) for d in fused_triton._INPUT_DTYPES]} but got {dtype}; use "
+                "path='auto' or 'torch'."
+            )
+    return path
+
+
+def _triton(path: str, call: Callable[..., _T | None], *args: Any) -> _T | None:
+    """Run a Triton driver. Chosen by ``path="auto"``, a failure of Triton itself (it
+    cannot compile for this GPU, say) warns once and returns ``None``, so that the
+    caller takes the torch reference (same bytes) from now on; asked for explicitly,
+    it raises."""
+    global _TRITON_FAILED
+    try:
+        return call(*args)
+    except Exception as err:
+        if path != "auto":
+            raise
+        _TRITON_FAILED = True
+        warnings.warn(
+            f"lightgraph.functional.quantize: the Triton kernels failed ({err!r}); using the "
+            "torch reference on CUDA from now on (same results, slower).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None
-    return backend._kernels()
 
 
 def quantize(
@@ -77,6 +146,7 @@ def quantize(
     noise: Tensor | None = None,
     *,
     compiled: bool = False,
+    path: str = "auto",
 ) -> QuantizedRows:
     """Stochastic per-row ``bits``-bit quantization (bfloat16 scale, exact zero point).
 
@@ -99,8 +169,10 @@ def quantize(
         noise: optional ``u`` supplied by the caller (same shape as ``x``, values in
             ``[0, 1)``); excludes ``generator`` and draws no seed.
         compiled: with ``noise``, run the element-wise core through ``torch.compile``
-            (bit-identical codes); without, selects the compiled counter core where the
-            numba kernels are not used (ignored on the CPU fast path).
+            (bit-identical codes); without, selects the compiled counter core on the
+            torch path (ignored on the fused paths).
+        path: ``"auto"``, ``"numba"``, ``"triton"`` or ``"torch"`` (module docstring);
+            ignored with ``noise``.
 
     Returns:
         :class:`QuantizedRows` with unpacked codes.
@@ -119,10 +191,14 @@ def quantize(
         zero_c, scale_c = _core_params(zero, scale, ct)
         codes = _core("codes", compiled, x.numel())(x, zero_c, scale_c, u)
         return QuantizedRows(codes, scale, zero, bits)
+    route = resolve_path(fn, path, x.device, x.dtype)
     seed = _draw_seed(generator)
-    k = _fast(x)
-    if k is not None:
-        q = backend._guarded(_quantize_fast, k, x, bits, seed)
+    if x.shape[0] and x.shape[1]:
+        q = None
+        if route == "numba":
+            q = backend._guarded(_quantize_fast, backend._kernels(), x, bits, seed)
+        elif route == "triton":
+            q = _triton(path, fused_triton.quantize, x, bits, seed)
         if q is not None:
             return q
     zero, scale = _row_params(fn, x, bits)  # raises for the rows the kernel rejected
@@ -227,6 +303,7 @@ def pack_rows(
     generator: torch.Generator | None = None,
     *,
     compiled: bool = False,
+    path: str = "auto",
 ) -> Tensor:
     """Quantize rows with per-row widths and pack them into one byte buffer (one message).
 
@@ -245,9 +322,10 @@ def pack_rows(
         x: float rows (see :func:`quantize`).
         row_bits: integer width of each row, each one of :data:`BITS` (no 0).
         generator: source of the seed; ``None``: torch's default generator.
-        compiled: accepted for compatibility; ignored on the CPU numba path (the
-            default), selects the ``torch.compile`` counter core on the torch path
+        compiled: accepted for compatibility; ignored on the fused paths (the
+            defaults), selects the ``torch.compile`` counter core on the torch path
             (same bytes either way).
+        path: ``"auto"``, ``"numba"``, ``"triton"`` or ``"torch"`` (module docstring).
 
     Returns:
         uint8 buffer of :func:`message_nbytes` ``(row_bits, D, W)`` =
@@ -265,10 +343,14 @@ def pack_rows(
         raise ValueError(
             f"{fn}: expected `row_bits` to have one entry per row of `x` ({n}) but got {rb.numel()}."
         )
+    route = resolve_path(fn, path, x.device, x.dtype)
     seed = _draw_seed(generator)
-    k = _fast(x)
-    if k is not None:
-        buf = backend._guarded(_pack_fast, k, x, rb.cpu(), counts, seed)
+    if n and x.shape[1]:
+        buf = None
+        if route == "numba":
+            buf = backend._guarded(_pack_fast, backend._kernels(), x, rb.cpu(), counts, seed)
+        elif route == "triton":
+            buf = _triton(path, fused_triton.pack, x, rb, counts, seed)
         if buf is not None:
             return buf
     return _pack_reference(fn, x, rb, counts, seed, compiled)  # raises for invalid rows
@@ -282,6 +364,7 @@ def unpack_rows(
     *,
     compiled: bool = False,
     out: Tensor | None = None,
+    path: str = "auto",
 ) -> Tensor:
     """Invert :func:`pack_rows`: dequantize every row and restore the original order.
 
@@ -296,10 +379,11 @@ def unpack_rows(
         row_bits: the widths ``buf`` was packed with.
         dim: row length ``D``.
         dtype: output dtype (float16, bfloat16, float32 or float64).
-        compiled: accepted for compatibility; ignored on the CPU numba path, selects the
+        compiled: accepted for compatibility; ignored on the fused paths, selects the
             ``torch.compile`` dequantization core on the torch path (same values).
         out: optional contiguous ``[N, D]`` tensor of ``dtype`` on ``buf``'s device to
             write the rows to (e.g. a slice of a larger receive buffer); returned.
+        path: ``"auto"``, ``"numba"``, ``"triton"`` or ``"torch"`` (module docstring).
 
     Shapes:
         - buf: ``[packed_nbytes(row_bits, D) + 2 W]`` uint8; row_bits: ``[N]``.
@@ -310,6 +394,7 @@ def unpack_rows(
     dtype = _check_out_dtype(fn, dtype)
     rb, counts = _tensor_bits_counts(fn, row_bits)
     _check_buf(fn, buf)
+    route = resolve_path(fn, path, buf.device, None)
     nbytes = _nbytes(counts, dim)
     n = rb.numel()
     if out is not None:
@@ -331,13 +416,18 @@ def unpack_rows(
     if n == 0:
         return out if out is not None else torch.empty((0, dim), dtype=dtype, device=buf.device)
     params_at = nbytes - PARAM_BYTES_PER_ROW * n
-    k = backend._kernels() if buf.device.type == "cpu" and dim > 0 else None
-    if k is not None:
-        rows = backend._guarded(_unpack_fast, k, buf, rb.cpu(), counts, dim, dtype, None, out)
+    if dim > 0:
+        rows = None
+        if route == "numba":
+            k = backend._kernels()
+            rb_cpu = rb.cpu()
+            rows = backend._guarded(_unpack_fast, k, buf, rb_cpu, counts, dim, dtype, None, out)
+        elif route == "triton":
+            rows = _triton(path, fused_triton.unpack, buf, rb, counts, dim, dtype, out)
         if rows is not None:
             return rows
     if out is not None:
-        return out.copy_(unpack_rows(buf, row_bits, dim, dtype, compiled=compiled))
+        return out.copy_(unpack_rows(buf, row_bits, dim, dtype, compiled=compiled, path="torch"))
     scales, zeros = _read_params(buf, n, params_at, num_wide)
     order = _group_order(rb.to(buf.device), counts)
     out = None if order is None else torch.empty((n, dim), dtype=dtype, device=buf.device)
