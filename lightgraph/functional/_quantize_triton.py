@@ -259,7 +259,9 @@ def quantize_kernel(
         sc = tl.load(scale_ptr + msg_row0 + row, mask=ok, other=1.0)
         sc = tl.where(sc == 0.0, 1.0, sc)
         v = tl.math.div_rn(x - z, sc)
-        low = tl.floor(v)
+        # floor(v) for 0 <= v <= 2^b - 1: truncation, exact (no libdevice floor, which
+        # the compiler emits with subnormal flushing)
+        low = v.to(tl.int32).to(tl.float32)
         u = _noise(msg_row0 + row, cc, key_a, key_b)
         code = low + (u < v - low).to(tl.float32)
         code = tl.where(ok, code, 0.0).to(tl.int32)

@@ -18,6 +18,7 @@ from lightgraph.functional.quantize import (
     backend,
     counter_noise,
     dequantize,
+    fused_triton,
     message_nbytes,
     pack_codes,
     pack_rows,
@@ -533,25 +534,42 @@ def test_cuda_codes_equal_cpu_codes_for_the_same_noise(bits: int) -> None:
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("path", ["auto", "torch"])
 @pytest.mark.parametrize("dim", [24, 129])
-def test_cuda_messages_equal_cpu_messages(dim: int) -> None:
-    # The CUDA path (torch.compile -> Triton counter core; groups of >= 2**14 elements
-    # with dim=129, eager with dim=24) was not run where it was written (no GPU); this
-    # checks it against the documented stream and the CPU kernel, bytes and rows.
+def test_cuda_messages_equal_cpu_messages(dim: int, path: str) -> None:
+    # Both CUDA paths: "auto" takes the fused Triton kernels, "torch" the reference with
+    # its torch.compile counter core (groups of >= 2**14 elements with dim=129, eager
+    # with dim=24). Neither was run where it was written (no GPU); this checks them
+    # against the documented stream and the CPU kernel, bytes and rows.
+    if path == "auto" and fused_triton.triton_unavailable() is not None:
+        pytest.skip(str(fused_triton.triton_unavailable()))
     n = 800
     x = _mixed_rows(n, dim, seed=dim, dtype=torch.float32)
     x[::5] += 1000.0  # wide-offset rows
     row_bits = torch.tensor(BITS)[torch.randint(0, 4, (n,), generator=_gen(dim))]
     cpu = pack_rows(x, row_bits, _gen(1))
-    gpu = pack_rows(x.cuda(), row_bits.cuda(), torch.Generator("cuda").manual_seed(1))
+    cuda_gen = torch.Generator("cuda").manual_seed(1)
+    gpu = pack_rows(x.cuda(), row_bits.cuda(), cuda_gen, path=path)
     assert gpu.is_cuda
     # As pack_rows draws it: on the generator's device (a CUDA generator makes CUDA draws).
     cuda_gen = torch.Generator("cuda").manual_seed(1)
     seed = int(torch.randint(0, SEED_HIGH, (1,), generator=cuda_gen, device="cuda"))
     ref, layout = _reference_for_seed(x, row_bits, seed)
     assert torch.equal(gpu.cpu(), layout)
-    assert torch.equal(unpack_rows(gpu, row_bits.cuda(), dim).cpu(), ref)
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        rows, _ = _reference_for_seed(x, row_bits, seed, dtype)
+        assert torch.equal(unpack_rows(gpu, row_bits.cuda(), dim, dtype, path=path).cpu(), rows)
     assert torch.equal(cpu, pack_rows(x, row_bits, _gen(1)))
+    q = quantize(x.cuda(), 4, torch.Generator("cuda").manual_seed(2), path=path)
+    want = quantize(x, 4, noise=counter_noise(seed_of_cuda_generator(2), n, dim))
+    assert torch.equal(q.codes.cpu(), want.codes) and torch.equal(q.scale.cpu(), want.scale)
+    assert torch.equal(q.zero_point.cpu(), want.zero_point)
+
+
+def seed_of_cuda_generator(seed: int) -> int:
+    """The seed quantize / pack_rows draw from a CUDA generator seeded with ``seed``."""
+    g = torch.Generator("cuda").manual_seed(seed)
+    return int(torch.randint(0, SEED_HIGH, (1,), generator=g, device="cuda"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])

@@ -28,12 +28,14 @@ from lightgraph.functional.quantize import (
     BITS,
     PARAM_DTYPE,
     backend,
+    fused_triton,
     pack_rows,
     quantize,
     wide_rows,
 )
 
 HAS_NUMBA = backend._kernels() is not None
+NO_TRITON = fused_triton.triton_unavailable()
 
 # Float32 rows found by a random search (1e6 normal rows per width, scaled by 10^[-6, 3)),
 # as bit patterns (min, max), one per width and kind of tie:
@@ -185,22 +187,31 @@ def test_the_rows_hit_every_kind_of_tie(bits: int) -> None:
 # ------------------------------------------------------------- the two paths
 
 
-@pytest.fixture(params=["eager", "fused"])
+@pytest.fixture(params=["eager", "fused", "triton"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """``eager``: the torch reference (kernels disabled); ``fused``: the numba kernels."""
+    """The ``path=`` argument to test: ``eager`` the torch reference (kernels disabled),
+    ``fused`` the numba kernels, ``triton`` the Triton kernels under the interpreter."""
     if request.param == "fused" and not HAS_NUMBA:
         pytest.skip("needs numba")
+    if request.param == "triton" and NO_TRITON:
+        pytest.skip(NO_TRITON)
     if request.param == "eager":
         monkeypatch.setattr(backend, "_KERNELS", None)
-    yield request.param
+    yield {"eager": "torch", "fused": "auto"}.get(request.param, request.param)
+
+
+def _skip_triton_float64(path: str, dtype: torch.dtype) -> None:
+    if path == "triton" and dtype == torch.float64:
+        pytest.skip("the Triton kernels take float32, float16 and bfloat16 rows")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("bits", BITS)
 def test_tie_rows_get_the_documented_parameters(path: str, dtype: torch.dtype, bits: int) -> None:
+    _skip_triton_float64(path, dtype)
     rows = _tie_rows(bits, dtype)
     x = torch.tensor([[lo, hi] for lo, hi, _ in rows], dtype=dtype)
-    q = quantize(x, bits, torch.Generator().manual_seed(0))
+    q = quantize(x, bits, torch.Generator().manual_seed(0), path=path)
     qmax = (1 << bits) - 1
     for i, (lo, hi, kind) in enumerate(rows):
         flo, fhi = Fraction(lo), Fraction(hi)
@@ -218,6 +229,7 @@ def test_tie_rows_get_the_documented_parameters(path: str, dtype: torch.dtype, b
 def test_tie_rows_give_messages_of_the_documented_size(path: str, dtype: torch.dtype) -> None:
     # every width in one message, rows shuffled: nbytes = codes + 4 N + 2 W, W counted
     # by the exact rule s16 > s32
+    _skip_triton_float64(path, dtype)
     rows, widths = [], []
     for bits in BITS:
         tie = _tie_rows(bits, dtype)
@@ -227,7 +239,7 @@ def test_tie_rows_give_messages_of_the_documented_size(path: str, dtype: torch.d
     rows, widths = [rows[i] for i in perm], [widths[i] for i in perm]
     x = torch.tensor([[lo, hi] for lo, hi, _ in rows], dtype=dtype)
     row_bits = torch.tensor(widths)
-    buf = pack_rows(x, row_bits, torch.Generator().manual_seed(2))
+    buf = pack_rows(x, row_bits, torch.Generator().manual_seed(2), path=path)
     w = sum(
         _expected(Fraction(lo), Fraction(hi), b)[2]
         for (lo, hi, _), b in zip(rows, widths, strict=True)

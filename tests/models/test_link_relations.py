@@ -98,7 +98,7 @@ def test_chunked_distmult_ranking_equals_the_dense_reference():
     ranks = module.rank_queries(h, batch)
     R = decoder.relation.detach()
     for i in range(q):
-        score = lambda v: float((h[src[i]] * R[rel[i]] * h[v]).sum())  # noqa: E731
+        score = lambda v, i=i: float((h[src[i]] * R[rel[i]] * h[v]).sum())  # noqa: E731
         pos = score(dst[i])
         expected = 1 + sum(score(v) > pos for v in neg[i]) + 0.5 * sum(
             score(v) == pos for v in neg[i]
