@@ -46,7 +46,6 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-import bench_hanoi  # noqa: E402
 from bench_hanoi import GB, _env, device_of, fmt_bytes, log, run_method, summarise  # noqa: E402
 
 SCHEDULES = ("disjoint", "pairs")
