@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     store = prepare(args)
     budget = int(args.budget_gb * GB)
     ratio = store["bytes"] / budget
-    log(f"store {fmt_bytes(store['bytes'])} = {ratio:.1f}x the budget ({store['prepare_seconds']:.0f} s)")
+    log(
+        f"store {fmt_bytes(store['bytes'])} = {ratio:.1f}x the budget ({store['prepare_seconds']:.0f} s)"
+    )
     runs: dict[str, Any] = {}
     for schedule in args.schedules:
         log(f"run {schedule} ...")
@@ -258,9 +260,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         r = runs[schedule]
         if r.get("failed"):
-            log(f"  FAILED (rc {r['returncode']}, oom {r['oom_killed']}): {r['stderr_tail'][-600:]}")
+            log(
+                f"  FAILED (rc {r['returncode']}, oom {r['oom_killed']}): {r['stderr_tail'][-600:]}"
+            )
         else:
-            log(f"  epoch {[round(e['seconds'], 1) for e in r['epochs']]} s, wall {r['wall_seconds']:.0f} s")
+            log(
+                f"  epoch {[round(e['seconds'], 1) for e in r['epochs']]} s, wall {r['wall_seconds']:.0f} s"
+            )
     weights = {s: r["weights"] for s, r in runs.items() if not r.get("failed")}
     log(f"testing {sorted(weights)} and the untrained weights ...")
     metrics = evaluate(args, weights)
@@ -269,7 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         row = summarise(r, args)
         if not r.get("failed"):
             row["cgroup_max_usage_over_budget"] = row["cgroup_max_usage_bytes"] / budget
-            row["read_seconds_at_throttle"] = row["bytes_read_per_epoch"] / (args.throttle_mbps * 1e6)
+            row["read_seconds_at_throttle"] = row["bytes_read_per_epoch"] / (
+                args.throttle_mbps * 1e6
+            )
         row["test"] = metrics.get(schedule)
         rows[schedule] = row
     head = (

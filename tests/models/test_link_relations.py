@@ -52,7 +52,9 @@ def test_every_split_edge_carries_its_graph_relation():
 def test_conflicting_relation_types_are_named():
     ei = torch.tensor([[0, 1, 0, 1, 2], [1, 0, 1, 2, 1]])
     with pytest.raises(ValueError, match=r"\(0, 1\) is listed with two relation types"):
-        random_link_split(ei, 3, 0.0, 0.0, undirected=False, edge_type=torch.tensor([0, 0, 1, 0, 0]))
+        random_link_split(
+            ei, 3, 0.0, 0.0, undirected=False, edge_type=torch.tensor([0, 0, 1, 0, 0])
+        )
     sym = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
     with pytest.raises(ValueError, match=r"undirected edge \(\d, \d\) carries different"):
         random_link_split(sym, 3, 0.0, 0.0, edge_type=torch.tensor([0, 1, 0, 0]))
@@ -62,7 +64,9 @@ def test_conflicting_relation_types_are_named():
 
 @pytest.mark.parametrize("first_stage", [None, "lbs"])
 def test_training_batches_carry_their_positives_relations(tmp_path, first_stage):
-    stage = None if first_stage is None else LargeBatchSampler(ratio=0.25, second_stage_fanouts=[3, 3])
+    stage = (
+        None if first_stage is None else LargeBatchSampler(ratio=0.25, second_stage_fanouts=[3, 3])
+    )
     dm = LinkNeighborSamplingDataModule(
         DATASET, fanouts=[3, 3], batch_size=32, cache_dir=str(tmp_path), first_stage=stage,
         prefetch=False,
@@ -100,8 +104,8 @@ def test_chunked_distmult_ranking_equals_the_dense_reference():
     for i in range(q):
         score = lambda v, i=i: float((h[src[i]] * R[rel[i]] * h[v]).sum())  # noqa: E731
         pos = score(dst[i])
-        expected = 1 + sum(score(v) > pos for v in neg[i]) + 0.5 * sum(
-            score(v) == pos for v in neg[i]
+        expected = (
+            1 + sum(score(v) > pos for v in neg[i]) + 0.5 * sum(score(v) == pos for v in neg[i])
         )
         assert float(ranks[i]) == pytest.approx(expected)
 

@@ -418,7 +418,9 @@ def random_link_split(
         train, val, test = (pos[:, split_of == k] for k in range(3))
     rel: dict[str, Any] = {}
     if edge_type is not None:
-        types = pair_relations([train, val, test], edge_index, edge_type, num_nodes, bool(undirected))
+        types = pair_relations(
+            [train, val, test], edge_index, edge_type, num_nodes, bool(undirected)
+        )
         rel = dict(zip(("train_rel", "val_rel", "test_rel"), types, strict=True))
         rel["num_relations"] = int(edge_type.max()) + 1 if edge_type.numel() else 1
     return LinkSplit(

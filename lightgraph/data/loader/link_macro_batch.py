@@ -271,7 +271,9 @@ class LinkMacroBatchLoader(MacroBatchLoader):
             pos = self.positives(mb, epoch, m)
             mb.link_positives = pos  # type: ignore[attr-defined]  # reused by later passes
         # Every rank draws one process's order; shard_batches gives this rank its slices.
-        order = torch.randperm(pos.size(1), generator=make_generator(self.seed, "edges", epoch, m, p))
+        order = torch.randperm(
+            pos.size(1), generator=make_generator(self.seed, "edges", epoch, m, p)
+        )
         batches = self._batches(order, -1)
         dropped = self._dropped(pos.size(1), start)
         buffer = make_node_buffer(mb.num_nodes) if mb.num_nodes <= NODE_BUFFER_MAX_NODES else None

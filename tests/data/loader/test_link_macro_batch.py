@@ -201,7 +201,9 @@ def test_data_parallel_ranks_train_disjoint_slices_of_one_process_epoch(tmp_path
         edges = []
         count = 0
         for batch in loader:
-            edges += zip(batch.n_id[batch.src].tolist(), batch.n_id[batch.dst].tolist(), strict=True)
+            edges += zip(
+                batch.n_id[batch.src].tolist(), batch.n_id[batch.dst].tolist(), strict=True
+            )
             count += 1
         shares.append(set(edges))
         steps.append(count)
@@ -233,7 +235,9 @@ def test_after_prepare_training_and_validation_never_load_the_dataset(tmp_path):
     first = LinkMacroBatchDataModule(_Counting(**args), cache_dir=str(tmp_path), **kwargs)
     first.prepare_data()
     assert _Counting.loads >= 1
-    reference = LinkMacroBatchDataModule(SyntheticGraph(**args), cache_dir=str(tmp_path / "r"), **kwargs)
+    reference = LinkMacroBatchDataModule(
+        SyntheticGraph(**args), cache_dir=str(tmp_path / "r"), **kwargs
+    )
     expected = reference.link_graph.split()
     _Counting.refuse = True
     try:
