@@ -2,10 +2,11 @@
 
 On this CPU-only machine the kernels run under Triton's interpreter on CPU tensors; on a
 GPU they are the default path of CUDA tensors (the CUDA tests of test_quantize.py and
-benchmarks/gpu_check.py). The reference is the torch quantiser driven with the
-documented counter noise (``quantize(x, b, noise=counter_noise(...))``, which never takes
-a fused path), packed with ``pack_codes`` and laid out as the wire format documents, so
-every byte of a message is checked, not only a round trip. The kernels are also compiled
+benchmarks/gpu_check.py). The reference (``_reference_for_seed`` of test_quantize.py) is
+the torch quantiser driven with the documented counter noise (``quantize(x, b,
+noise=counter_noise(...))``, which never takes a fused path), packed with ``pack_codes``
+and laid out as the wire format documents, so every byte of a message is checked, not
+only a round trip. The kernels are also compiled
 for two GPU architectures (no GPU needed) to check that the generated code keeps the
 reference's rounding: no fused multiply-add, no approximate division, no flushing of
 subnormals.
@@ -23,15 +24,14 @@ from lightgraph.functional.quantize import (
     PATHS,
     SEED_HIGH,
     counter_noise,
-    dequantize,
     dispatch,
     fused_triton,
-    pack_codes,
     pack_rows,
     quantize,
     unpack_rows,
 )
 from lightgraph.functional.quantize.reference import PARAM_DTYPE
+from tests.functional.test_quantize import _reference_for_seed
 
 NO_TRITON = fused_triton.triton_unavailable()
 pytestmark = pytest.mark.skipif(NO_TRITON is not None, reason=str(NO_TRITON))
@@ -62,42 +62,6 @@ def _rows(n: int, d: int, seed: int, dtype: torch.dtype = torch.float32) -> torc
     return x.to(dtype)
 
 
-def _param_bytes(scale: torch.Tensor, zero: torch.Tensor) -> list[torch.Tensor]:
-    """The documented parameter sections: scales (sign bit = wide flag), the top halves of
-    the zero points, the trailer of the wide rows' low halves (little-endian)."""
-    wide = zero.to(PARAM_DTYPE).float() != zero
-    s = scale.view(torch.int16).clone()
-    s[wide] |= -32768
-    bits = zero.view(torch.int32)
-    hi = (bits >> 16).to(torch.int16)
-    lo = (bits & 0xFFFF)[wide]
-    lo = torch.where(lo >= 32768, lo - 65536, lo).to(torch.int16)
-    return [t.view(torch.uint8) for t in (s, hi, lo)]
-
-
-def _reference(
-    x: torch.Tensor, row_bits: torch.Tensor, seed: int, dtype: torch.dtype = torch.float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dequantized rows in original order, message bytes) by the torch reference."""
-    out = torch.empty(x.shape, dtype=dtype)
-    codes, scales, zeros = [], [], []
-    start = 0
-    for b in BITS:
-        idx = (row_bits == b).nonzero().squeeze(1)
-        if idx.numel() == 0:
-            continue
-        u = counter_noise(seed, idx.numel(), x.shape[1], row_offset=start)
-        q = quantize(x[idx], b, noise=u)
-        out[idx] = dequantize(q, dtype=dtype)
-        codes.append(pack_codes(q.codes, b))
-        scales.append(q.scale)
-        zeros.append(q.zero_point)
-        start += idx.numel()
-    if not scales:
-        return out, torch.empty(0, dtype=torch.uint8)
-    return out, torch.cat(codes + _param_bytes(torch.cat(scales), torch.cat(zeros)))
-
-
 def _widths(n: int, seed: int, choices: tuple[int, ...] = BITS) -> torch.Tensor:
     pick = torch.randint(0, len(choices), (n,), generator=_gen(seed))
     return torch.tensor(choices)[pick]
@@ -114,7 +78,7 @@ def test_messages_equal_the_reference_bit_for_bit(shape: tuple[int, int]) -> Non
     x = _rows(n, d, seed=n + d)
     row_bits = _widths(n, seed=d)
     buf = pack_rows(x, row_bits, _gen(7), path="triton")
-    rows, layout = _reference(x, row_bits, _seed(7))
+    rows, layout = _reference_for_seed(x, row_bits, _seed(7))
     assert torch.equal(buf, layout)
     assert torch.equal(unpack_rows(buf, row_bits, d, path="triton"), rows)
     assert torch.equal(buf, pack_rows(x, row_bits, _gen(7), path="torch"))
@@ -127,7 +91,7 @@ def test_every_single_width(bits: int, dim: int) -> None:
     x = _rows(n, dim, seed=bits * dim)
     row_bits = torch.full((n,), bits)
     buf = pack_rows(x, row_bits, _gen(bits), path="triton")
-    rows, layout = _reference(x, row_bits, _seed(bits))
+    rows, layout = _reference_for_seed(x, row_bits, _seed(bits))
     assert torch.equal(buf, layout)
     assert torch.equal(unpack_rows(buf, row_bits, dim, path="triton"), rows)
 
@@ -138,7 +102,7 @@ def test_mixed_widths_with_absent_widths(choices: tuple[int, ...]) -> None:
     x = _rows(n, d, seed=len(choices))
     row_bits = _widths(n, seed=3, choices=choices)
     buf = pack_rows(x, row_bits, _gen(4), path="triton")
-    rows, layout = _reference(x, row_bits, _seed(4))
+    rows, layout = _reference_for_seed(x, row_bits, _seed(4))
     assert torch.equal(buf, layout)
     assert torch.equal(unpack_rows(buf, row_bits, d, path="triton"), rows)
 
@@ -148,7 +112,7 @@ def test_half_precision_rows(dtype: torch.dtype) -> None:
     x = _rows(30, 10, seed=5, dtype=dtype)
     row_bits = _widths(30, seed=6)
     buf = pack_rows(x, row_bits, _gen(8), path="triton")
-    _, layout = _reference(x, row_bits, _seed(8))
+    _, layout = _reference_for_seed(x, row_bits, _seed(8))
     assert torch.equal(buf, layout)
 
 
@@ -158,7 +122,7 @@ def test_unpack_to_every_dtype_and_into_a_slice(dtype: torch.dtype) -> None:
     x = _rows(n, d, seed=9)
     row_bits = torch.tensor([1, 2, 4, 8] * 10)
     buf = pack_rows(x, row_bits, _gen(0), path="torch")
-    rows, _ = _reference(x, row_bits, _seed(0), dtype)
+    rows, _ = _reference_for_seed(x, row_bits, _seed(0), dtype)
     assert torch.equal(unpack_rows(buf, row_bits, d, dtype, path="triton"), rows)
     whole = torch.full((n + 10, d), -7.0, dtype=dtype)
     got = unpack_rows(buf, row_bits, d, dtype, out=whole[5 : n + 5], path="triton")
@@ -168,7 +132,7 @@ def test_unpack_to_every_dtype_and_into_a_slice(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("bits", BITS)
-def test_quantize_equals_the_reference(bits: int) -> None:
+def test_quantize_equals_the_reference_for_seed(bits: int) -> None:
     x = _rows(26, 9, seed=bits)
     got = quantize(x, bits, _gen(bits), path="triton")
     want = quantize(x, bits, noise=counter_noise(_seed(bits), 26, 9))
