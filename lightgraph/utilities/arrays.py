@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from lightgraph.utilities.progress import pass_progress
+
 __all__ = ["edge_chunks", "id_dtype_for", "new_npy"]
 
 
@@ -36,9 +38,11 @@ def edge_chunks(
     array (or ``numpy.memmap``), each read into memory once; cast to ``dtype`` when given
     (no copy if it already has it), else in the array's own dtype."""
     num_edges = int(edge_index.shape[1])
-    for lo in range(0, num_edges, chunk):
-        hi = min(num_edges, lo + chunk)
-        block = np.asarray(edge_index[:, lo:hi])
-        if dtype is not None:
-            block = block.astype(dtype, copy=False)
-        yield lo, block[0], block[1]
+    with pass_progress(num_edges) as advance:  # a bar inside a preparation stage
+        for lo in range(0, num_edges, chunk):
+            hi = min(num_edges, lo + chunk)
+            block = np.asarray(edge_index[:, lo:hi])
+            if dtype is not None:
+                block = block.astype(dtype, copy=False)
+            yield lo, block[0], block[1]
+            advance(hi - lo)

@@ -1,0 +1,261 @@
+"""The stages of a long preparation: what each does, how far it is, what it cost, and
+where a killed or interrupted run picks up again.
+
+A partition store of a graph on disk is built in stages (validate, partition, hubs,
+write). :class:`PrepareStages` runs them and, for each one:
+
+* prints its name when it starts and, when it ends, its time and its peak resident
+  memory (``VmHWM`` of ``/proc/self/status``, reset at the start of the stage where the
+  kernel allows it, so the peak is the stage's own; else the process's peak so far,
+  and the line says so);
+* shows a progress bar with rate and ETA for every pass over the edges
+  (:func:`pass_progress`, used by :func:`~lightgraph.utilities.arrays.edge_chunks`)
+  while the stage runs, for graphs of at least :data:`BAR_MIN_EDGES` edges;
+* checks, before it starts, that the stage's minimum working set (the bytes it holds
+  whatever the budget, e.g. its per-node arrays) fits in what the memory limit leaves
+  (the cgroup's, else the physical memory, less the process's resident anonymous
+  memory), and otherwise raises an error naming the stage, the bytes it needs, the
+  bytes left and the option to change, instead of running into the kernel's OOM kill;
+* saves the result of a resumable stage (:meth:`PrepareStages.cached`: the partition,
+  the hubs) in a work directory next to the cache with a record of its size, CRC-32 and
+  the cache key, so that a later run of the same configuration takes it instead of
+  running the stage again. A saved result that fails its check (a run killed while
+  writing it, a damaged file) is named on the console and computed again, never used.
+  :meth:`PrepareStages.finish` removes the directory once the store is published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+import numpy as np
+
+from lightgraph.utilities.memory import (
+    cgroup_memory_limit,
+    physical_memory,
+    resident_memory,
+)
+from lightgraph.utilities.progress import BAR_MIN_EDGES, current_stage, pass_progress
+
+__all__ = [
+    "BAR_MIN_EDGES",
+    "PrepareStages",
+    "StageMemoryError",
+    "StageRecord",
+    "pass_progress",
+    "peak_resident_memory",
+]
+
+_CRC_CHUNK = 1 << 24
+
+
+class StageMemoryError(MemoryError):
+    """A stage's minimum working set does not fit in the memory the process has left."""
+
+
+@dataclass
+class StageRecord:
+    """What one stage cost: wall time, peak resident bytes, whether it was resumed."""
+
+    name: str
+    seconds: float
+    peak_rss: int | None
+    peak_is_stage: bool
+    resumed: bool = False
+
+
+def _status(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` in bytes (``None`` off Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def peak_resident_memory() -> int | None:
+    """The process's peak resident set (``VmHWM``) in bytes, ``None`` where unknown."""
+    return _status("VmHWM")
+
+
+def _reset_peak() -> bool:
+    """Reset ``VmHWM`` to the current resident set (Linux >= 4.0); ``False`` if refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _fmt(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "unknown"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{nbytes} B"
+
+
+class PrepareStages:
+    """The stages of one preparation (module docstring).
+
+    Args:
+        owner: name used in messages (e.g. the data module's class).
+        workdir: directory for the saved stage results (created; removed by
+            :meth:`finish`). Keep it next to the cache it belongs to.
+        key: the cache key (fingerprint digest) a saved result must carry to be reused.
+        option: how the user changes the budget, named in a :class:`StageMemoryError`
+            (e.g. ``"--data.init_args.memory_budget"``).
+        stream: where the stage lines and bars go (default: standard error).
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        workdir: str,
+        key: str,
+        option: str = "memory_budget",
+        stream: TextIO | None = None,
+    ) -> None:
+        self.owner = owner
+        self.workdir = workdir
+        self.key = key
+        self.option = option
+        self.stream = stream if stream is not None else sys.stderr
+        self.records: list[StageRecord] = []
+        os.makedirs(workdir, exist_ok=True)
+
+    # ------------------------------------------------------------------ running
+    def _say(self, text: str) -> None:
+        print(f"{self.owner}: {text}", file=self.stream, flush=True)
+
+    def check_working_set(self, name: str, need: int, what: str) -> None:
+        """Raise :class:`StageMemoryError` if ``need`` bytes (``what`` they are) do not fit
+        in what the memory limit leaves beside the process's resident memory."""
+        limit = cgroup_memory_limit()
+        source = "the cgroup memory limit"
+        if limit is None:
+            limit, source = physical_memory(), "the physical memory"
+        held = resident_memory()
+        left = limit - held
+        if need > left:
+            raise StageMemoryError(
+                f"{self.owner}: stage '{name}' needs at least {_fmt(need)} ({what}) but only "
+                f"{_fmt(max(left, 0))} are left ({source} {_fmt(limit)} less {_fmt(held)} "
+                f"this process holds). Run the preparation with more memory (e.g. "
+                f"`lightgraph prepare` on a larger machine, then train with the cache), or "
+                f"lower {self.option} where the stage's chunks are what does not fit."
+            )
+
+    @contextlib.contextmanager
+    def stage(self, name: str, need: int = 0, what: str = "") -> Iterator[None]:
+        """Run the block as stage ``name`` (its lines, bars, memory check and record)."""
+        if need:
+            self.check_working_set(name, need, what)
+        self._say(f"{name} ...")
+        own_peak = _reset_peak()
+        tic = time.perf_counter()
+        with current_stage(name, self.stream):
+            yield
+        record = StageRecord(name, time.perf_counter() - tic, peak_resident_memory(), own_peak)
+        self.records.append(record)
+        scope = "" if own_peak else " (process peak so far)"
+        self._say(
+            f"{name} done in {record.seconds:.1f} s, peak resident memory "
+            f"{_fmt(record.peak_rss)}{scope}"
+        )
+
+    # ------------------------------------------------------------------ resuming
+    def _paths(self, name: str) -> tuple[str, str]:
+        base = os.path.join(self.workdir, name.replace(" ", "_"))
+        return base + ".npy", base + ".json"
+
+    def _load(self, name: str) -> np.ndarray | None:
+        """The saved result of ``name`` if its record matches, else ``None`` (said why)."""
+        array_path, record_path = self._paths(name)
+        if not os.path.exists(record_path):
+            return None
+        try:
+            with open(record_path) as f:
+                record = json.load(f)
+            problem = None
+            if record.get("key") != self.key:
+                problem = "it belongs to another configuration"
+            elif os.path.getsize(array_path) != record["bytes"]:
+                problem = (
+                    f"{array_path} has {os.path.getsize(array_path)} bytes, "
+                    f"{record['bytes']} expected"
+                )
+            elif _crc32(array_path) != record["crc32"]:
+                problem = f"{array_path} fails its CRC-32 check"
+        except (OSError, ValueError, KeyError) as err:
+            problem = f"its record cannot be read ({err})"
+        if problem is not None:
+            self._say(f"{name}: the result saved by an earlier run is not used: {problem}")
+            return None
+        return np.load(array_path)
+
+    def cached(
+        self, name: str, compute: Callable[[], np.ndarray], need: int = 0, what: str = ""
+    ) -> np.ndarray:
+        """The result of stage ``name``: saved by an earlier run of the same configuration
+        (checked), or computed now by ``compute()`` as a stage and saved."""
+        saved = self._load(name)
+        if saved is not None:
+            self.records.append(StageRecord(name, 0.0, None, False, resumed=True))
+            self._say(f"{name}: resumed from the result an earlier run saved")
+            return np.asarray(saved)
+        with self.stage(name, need, what):
+            result = np.ascontiguousarray(compute())
+        array_path, record_path = self._paths(name)
+        for stale in (record_path, array_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(stale)
+        with open(array_path + ".tmp", "wb") as f:
+            np.save(f, result)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(array_path + ".tmp", array_path)
+        record = {
+            "key": self.key,
+            "bytes": os.path.getsize(array_path),
+            "crc32": _crc32(array_path),
+            "dtype": str(result.dtype),
+            "shape": list(result.shape),
+            "stage": asdict(self.records[-1]),
+        }
+        with open(record_path + ".tmp", "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(record_path + ".tmp", record_path)  # the record last: it vouches for the file
+        return result
+
+    def summary(self) -> list[dict[str, Any]]:
+        """The records as JSON-serialisable dictionaries (for the cache's ``meta.json``)."""
+        return [asdict(r) for r in self.records]
+
+    def finish(self) -> None:
+        """Remove the saved results (the store they built is published)."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _crc32(path: str) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(_CRC_CHUNK):
+            crc = zlib.crc32(block, crc)
+    return crc
