@@ -8,10 +8,12 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TextIO
 
-__all__ = ["BAR_MIN_EDGES", "current_stage", "pass_progress"]
+__all__ = ["BAR_DELAY", "BAR_MIN_EDGES", "current_stage", "pass_progress"]
 
 #: Passes over fewer edges than this show no progress bar (they take well under a second).
 BAR_MIN_EDGES = 1 << 22
+#: Seconds a pass runs before its bar appears (shorter passes show nothing).
+BAR_DELAY = 1.0
 
 
 class _Stage:
@@ -54,6 +56,7 @@ def pass_progress(total: int, unit: str = "edges") -> Iterator[Callable[[int], N
         unit_scale=True,
         file=stage.stream,
         mininterval=0.5 if tty else 10.0,
+        delay=BAR_DELAY,
         leave=not tty,  # a log keeps the final state of each pass (its rate)
         dynamic_ncols=tty,
     )

@@ -149,6 +149,7 @@ def test_a_stage_that_cannot_fit_says_so_before_it_starts(tmp_path, monkeypatch)
 
 def test_passes_over_the_edges_show_a_progress_bar(tmp_path, monkeypatch):
     monkeypatch.setattr(progress, "BAR_MIN_EDGES", 1)
+    monkeypatch.setattr(progress, "BAR_DELAY", 0.0)
     out = io.StringIO()
     stages = PrepareStages("t", str(tmp_path / "w"), "k", stream=out)
     edges = np.arange(2000, dtype=np.int64).reshape(2, 1000)
