@@ -114,7 +114,7 @@ def test_flex_limits() -> None:
             )
 
 
-@pytest.mark.parametrize("block", [64, 128])
+@pytest.mark.parametrize("block", [128])  # 64 divides the 192 places: 128 covers more
 def test_flex_blocks_spanning_several_tiles(block) -> None:
     """Blocks larger than a tile (what a half-precision CUDA backward uses), with the 192
     places not a multiple of the block: the block mask still covers exactly the pairs."""
