@@ -131,6 +131,12 @@ def _need(scale, d_hi, d_err, QMAX: tl.constexpr):
 
 
 @triton.jit
+def _first_scale(d, QMAX: tl.constexpr):
+    """Where the scale search starts: ``|d| / qmax`` rounded up to bfloat16."""
+    return _bf16_up(tl.math.div_rn(tl.abs(d), tl.full(d.shape, QMAX, tl.float32)))
+
+
+@triton.jit
 def _row_params(mn, mx, live, QMAX: tl.constexpr, MAX_BUMPS: tl.constexpr):
     """(zero float32, scale float32 holding a bfloat16 value, bad) of rows with min ``mn``
     and max ``mx``; ``live`` masks the rows of the block that exist."""
@@ -139,7 +145,7 @@ def _row_params(mn, mx, live, QMAX: tl.constexpr, MAX_BUMPS: tl.constexpr):
     bad = bad | ~_finite(z16)
     d_hi, d_err = _two_diff(mx, mn)  # z32 = min for float32 rows
     bad = bad | ~_finite(d_hi)
-    scale = _bf16_up(tl.math.div_rn(tl.abs(d_hi), tl.full(d_hi.shape, QMAX, tl.float32)))
+    scale = _first_scale(d_hi, QMAX)
     need = _need(scale, d_hi, d_err, QMAX) & live & ~bad
     steps = tl.full((), 0, tl.int32)
     while (tl.reduce(need.to(tl.int32), 0, _MAX) > 0) & (steps < MAX_BUMPS):
@@ -150,7 +156,7 @@ def _row_params(mn, mx, live, QMAX: tl.constexpr, MAX_BUMPS: tl.constexpr):
     span = scale * QMAX
     bad = bad | need | ~_finite(span)
     d16, e16 = _two_diff(mx, z16)
-    start16 = _bf16_up(tl.math.div_rn(tl.abs(d16), tl.full(d16.shape, QMAX, tl.float32)))
+    start16 = _first_scale(d16, QMAX)
     ordinary = (
         _finite(d16) & (start16 <= scale) & _covers(span, d16, e16) & ~_too_coarse(d16, scale, QMAX)
     )

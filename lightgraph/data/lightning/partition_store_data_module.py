@@ -216,21 +216,20 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         else:
             hubs = torch.empty(0, dtype=torch.long)
         hubbed = time.perf_counter()
-        seconds = {"load": loaded - tic, "partition": partitioned - loaded}
-        return self._write_store(writer, data, part, hubs, seconds, partitioned, hubbed)
+        meta = self._write_store(writer, data, part, hubs)
+        meta["build_seconds"] = {
+            "load": loaded - tic,
+            "partition": partitioned - loaded,
+            "hubs": hubbed - partitioned,
+            "write": time.perf_counter() - hubbed,
+        }
+        return meta
 
     def _write_store(
-        self,
-        writer: CacheWriter,
-        graph: Data | OnDiskGraph,
-        part: Tensor,
-        hubs: Tensor,
-        seconds: dict[str, float],
-        partitioned: float,
-        hubbed: float,
+        self, writer: CacheWriter, graph: Data | OnDiskGraph, part: Tensor, hubs: Tensor
     ) -> dict[str, Any]:
-        """Write the store; ``meta.json`` gets ``seconds`` plus the hubs and write times."""
-        meta = dict(
+        """Write the store; returns its ``meta.json`` content (the caller adds the times)."""
+        return dict(
             write_partition_store(
                 writer,
                 graph,
@@ -240,12 +239,6 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
                 memory_budget=self.memory_budget,
             )
         )
-        meta["build_seconds"] = {
-            **seconds,
-            "hubs": hubbed - partitioned,
-            "write": time.perf_counter() - hubbed,
-        }
-        return meta
 
     def _build_on_disk(self, writer: CacheWriter, graph: OnDiskGraph) -> dict[str, Any]:
         """The store from the dataset's arrays on disk, in chunks of ``memory_budget``: the
@@ -271,30 +264,27 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             per_node = _GAP_BYTES_PER_NODE if self.partitioner == "gap" else 0
             part = stages.cached(
                 "partition",
-                lambda: self._partition_on_disk(graph, workdir).numpy(),
+                lambda: self._partition_on_disk(graph, workdir),
                 per_node * n + budget,
                 f"{per_node} bytes per node for {n:,} nodes plus the memory budget",
             )
             if self.hub_fraction > 0:
                 hubs = stages.cached(
                     "hubs",
-                    lambda: self._hubs_on_disk(graph, workdir).numpy(),
+                    lambda: self._hubs_on_disk(graph, workdir),
                     _HUB_BYTES_PER_NODE * n + budget,
                     f"{_HUB_BYTES_PER_NODE} bytes per node for {n:,} nodes plus the memory budget",
                 )
             else:
                 hubs = np.empty(0, np.int64)
-        tic = time.perf_counter()
         with stages.stage("write", _WRITE_BYTES_PER_NODE * n + budget, "its per-node arrays"):
-            meta = self._write_store(
-                writer, graph, torch.from_numpy(part), torch.from_numpy(hubs), {}, tic, tic
-            )
+            meta = self._write_store(writer, graph, torch.from_numpy(part), torch.from_numpy(hubs))
         meta["build_seconds"] = {r.name: r.seconds for r in stages.records}
         meta["build_stages"] = stages.summary()
         stages.finish()
         return meta
 
-    def _partition_on_disk(self, graph: OnDiskGraph, workdir: str) -> Tensor:
+    def _partition_on_disk(self, graph: OnDiskGraph, workdir: str) -> np.ndarray:
         # METIS partitions an adjacency in memory and takes no budget.
         budget = None if self.partitioner == "metis" else self.memory_budget
         part = partition_on_disk(
@@ -305,9 +295,9 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             memory_budget=budget,
             workdir=workdir,
         )
-        return torch.from_numpy(np.asarray(part, dtype=np.int64))
+        return np.asarray(part, dtype=np.int64)
 
-    def _hubs_on_disk(self, graph: OnDiskGraph, workdir: str) -> Tensor:
+    def _hubs_on_disk(self, graph: OnDiskGraph, workdir: str) -> np.ndarray:
         train_mask = np.asarray(graph.train_mask)
         indptr, indices = on_disk_csc(
             graph.edge_index, graph.num_nodes, workdir, self.memory_budget
@@ -323,7 +313,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             memory_budget=self.memory_budget,
         )
         del indptr, indices  # the memory maps, before their files are removed
-        return torch.from_numpy(np.asarray(hubs, dtype=np.int64))
+        return np.asarray(hubs, dtype=np.int64)
 
     def store_fingerprint(self) -> str:
         """The fingerprint written into (and checked against) the store's manifest."""

@@ -17,7 +17,7 @@ write). :class:`PrepareStages` runs them and, for each one:
   memory), and otherwise raises an error naming the stage, the bytes it needs, the
   bytes left and the option to change, instead of running into the kernel's OOM kill;
 * saves the result of a resumable stage (:meth:`PrepareStages.cached`: the partition,
-  the hubs) in a work directory next to the cache with a record of its size, CRC-32 and
+  the hubs) in a work directory next to the cache with a record of its size, SHA-1 and
   the cache key, so that a later run of the same configuration takes it instead of
   running the stage again. A saved result that fails its check (a run killed while
   writing it, a damaged file) is named on the console and computed again, never used.
@@ -32,13 +32,13 @@ import os
 import shutil
 import sys
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 import numpy as np
 
+from lightgraph.data.store.cache import atomic_path, atomic_write, check_file, file_sha1
 from lightgraph.utilities.memory import (
     cgroup_memory_limit,
     physical_memory,
@@ -54,8 +54,6 @@ __all__ = [
     "pass_progress",
     "peak_resident_memory",
 ]
-
-_CRC_CHUNK = 1 << 24
 
 
 class StageMemoryError(MemoryError):
@@ -191,18 +189,14 @@ class PrepareStages:
         try:
             with open(record_path) as f:
                 record = json.load(f)
-            problem = None
+        except (OSError, ValueError) as err:
+            problem: str | None = f"its record cannot be read ({err})"
+        else:
             if record.get("key") != self.key:
                 problem = "it belongs to another configuration"
-            elif os.path.getsize(array_path) != record["bytes"]:
-                problem = (
-                    f"{array_path} has {os.path.getsize(array_path)} bytes, "
-                    f"{record['bytes']} expected"
-                )
-            elif _crc32(array_path) != record["crc32"]:
-                problem = f"{array_path} fails its CRC-32 check"
-        except (OSError, ValueError, KeyError) as err:
-            problem = f"its record cannot be read ({err})"
+            else:
+                found = check_file(array_path, record, deep=True)
+                problem = None if found is None else f"{array_path} is {found.reason}"
         if problem is not None:
             self._say(f"{name}: the result saved by an earlier run is not used: {problem}")
             return None
@@ -217,31 +211,23 @@ class PrepareStages:
         if saved is not None:
             self.records.append(StageRecord(name, 0.0, None, False, resumed=True))
             self._say(f"{name}: resumed from the result an earlier run saved")
-            return np.asarray(saved)
+            return saved
         with self.stage(name, need, what):
             result = np.ascontiguousarray(compute())
         array_path, record_path = self._paths(name)
-        for stale in (record_path, array_path):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(stale)
-        with open(array_path + ".tmp", "wb") as f:
-            np.save(f, result)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(array_path + ".tmp", array_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(record_path)  # no record vouches for the file while it is replaced
+        with atomic_path(array_path) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, result)
         record = {
             "key": self.key,
             "bytes": os.path.getsize(array_path),
-            "crc32": _crc32(array_path),
-            "dtype": str(result.dtype),
-            "shape": list(result.shape),
+            "sha1": file_sha1(array_path),
             "stage": asdict(self.records[-1]),
         }
-        with open(record_path + ".tmp", "w") as f:
+        with atomic_write(record_path, "w") as f:  # the record last: it vouches for the file
             json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(record_path + ".tmp", record_path)  # the record last: it vouches for the file
         return result
 
     def summary(self) -> list[dict[str, Any]]:
@@ -251,11 +237,3 @@ class PrepareStages:
     def finish(self) -> None:
         """Remove the saved results (the store they built is published)."""
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def _crc32(path: str) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while block := f.read(_CRC_CHUNK):
-            crc = zlib.crc32(block, crc)
-    return crc

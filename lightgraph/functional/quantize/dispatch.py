@@ -80,7 +80,7 @@ def resolve_path(fn: str, path: str, device: torch.device, dtype: torch.dtype | 
     unpacking). Raises for a path that cannot run here, naming the argument."""
     if path not in PATHS:
         raise ValueError(f"{fn}: expected `path` to be one of {PATHS} but got {path!r}.")
-    triton_dtype = dtype is None or dtype in fused_triton._INPUT_DTYPES
+    triton_dtype = dtype is None or dtype in fused_triton.INPUT_DTYPES
     if path == "auto":
         if device.type == "cpu":
             return "numba" if backend._kernels() is not None else "torch"
@@ -112,7 +112,7 @@ def resolve_path(fn: str, path: str, device: torch.device, dtype: torch.dtype | 
         if not triton_dtype:
             raise ValueError(
                 f"{fn}: path='triton' takes rows of "
-                f"{[str(d) for d in fused_triton._INPUT_DTYPES]} but got {dtype}; use "
+                f"{[str(d) for d in fused_triton.INPUT_DTYPES]} but got {dtype}; use "
                 "path='auto' or 'torch'."
             )
     return path

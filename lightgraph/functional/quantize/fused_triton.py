@@ -44,7 +44,8 @@ from lightgraph.functional.quantize.wire import (
 )
 from lightgraph.utilities.checks import BITS
 
-_INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""Row dtypes the kernels take (float64 rows take the other paths)."""
 _MAX_SCALE_BUMPS = 64
 _ELEMENTS_PER_PROGRAM = 2048
 _MAX_BLOCK_D = 256
@@ -104,18 +105,11 @@ def _kernels_for(t: Tensor) -> ModuleType | None:
     return None
 
 
-def supports(x: Tensor) -> bool:
-    """Whether :func:`pack` / :func:`quantize` take ``x`` (dtype and device)."""
-    return x.dtype in _INPUT_DTYPES and x.device.type in ("cuda", "cpu")
-
-
-def _pow2_at_least(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
-
-
 def _blocks(dim: int) -> tuple[int, int]:
     """(rows per program, a multiple of 8; columns per tile)."""
-    block_d = min(_pow2_at_least(dim), _MAX_BLOCK_D)
+    import triton
+
+    block_d = min(triton.next_power_of_2(dim), _MAX_BLOCK_D)
     rows = max(8, min(64, _ELEMENTS_PER_PROGRAM // block_d))
     return rows, block_d
 
