@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
 from typing import Any
@@ -82,14 +83,60 @@ def prepare(args: list[str]) -> str:
     Builds what training would build first -- a partition store, a partition cache --
     without a Trainer run, e.g. once on a machine with more memory, and prints where it
     is. Returns that directory (``""`` if the data module has no cache).
+    ``--memory_budget SIZE`` (bytes, or e.g. ``512MB``, ``1.5GiB``) is short for
+    ``--data.init_args.memory_budget``: the anonymous memory each stage may add.
     """
-    cli = build_cli(args=args, run=False)
+    cli = build_cli(args=_budget_argument(args), run=False)
     module = cli.datamodule
     module.prepare_data()
     path_fn = getattr(module, "cache_path", None)
     path = str(path_fn()) if callable(path_fn) else ""
     print(f"{type(module).__name__}: prepared {path or '(no cache)'}")
     return path
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``"1048576"``, ``"512MB"`` or ``"1.5GiB"`` (case-insensitive)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _SIZE_UNITS or float(match.group(1)) * _SIZE_UNITS[unit] < 1:
+        raise ValueError(
+            f"lightgraph prepare: expected `--memory_budget` to be a positive size in bytes, "
+            f"optionally with a unit ({', '.join(u for u in _SIZE_UNITS if u)}), e.g. 512MB or "
+            f"1.5GiB, but got {text!r}."
+        )
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def _budget_argument(args: list[str]) -> list[str]:
+    """``args`` with ``--memory_budget SIZE`` (or ``=SIZE``) turned into
+    ``--data.init_args.memory_budget=<bytes>``."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--memory_budget" or arg.startswith("--memory_budget="):
+            if arg == "--memory_budget":
+                if i + 1 >= len(args):
+                    raise ValueError(
+                        "lightgraph prepare: `--memory_budget` needs a size, e.g. "
+                        "`--memory_budget 1GiB`."
+                    )
+                i += 1
+                value = args[i]
+            else:
+                value = arg.split("=", 1)[1]
+            out.append(f"--data.init_args.memory_budget={parse_size(value)}")
+        else:
+            out.append(arg)
+        i += 1
+    return out
 
 
 def convert(args: list[str]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import subprocess
@@ -387,13 +388,42 @@ def test_prepare_builds_the_store_without_training(tmp_path, capsys) -> None:
             "--data.init_args.parts_per_batch=2",
             f"--data.init_args.cache_dir={cache}",
             f"--trainer.default_root_dir={tmp_path}",
+            "--memory_budget",
+            "3MiB",
         ]
     )
     (store,) = os.listdir(cache)
     assert store.startswith("PartitionStore-")
-    assert os.path.isfile(cache / store / "meta.json")
+    with open(cache / store / "meta.json") as f:
+        assert json.load(f)["memory_budget"] == 3 * 2**20  # --memory_budget reached the build
     assert f"prepared {cache / store}" in capsys.readouterr().out.replace(os.sep * 2, os.sep)
     assert not os.path.exists(tmp_path / "lightning_logs")
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("1048576", 2**20), ("512MB", 512 * 10**6), ("1.5GiB", 3 * 2**29), ("64 kib", 2**16)],
+)
+def test_memory_budget_sizes(text, expected) -> None:
+    from lightgraph.cli import parse_size
+
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GB", "0", "-5MB", "5 parsecs", "0.1"])
+def test_a_bad_memory_budget_is_named(text) -> None:
+    from lightgraph.cli import main
+
+    with pytest.raises(ValueError, match=r"`--memory_budget`.*e\.g\. 512MB.*but got"):
+        main(
+            [
+                "prepare",
+                "--config",
+                os.path.join(ROOT, "recipes", "hanoi.yaml"),
+                "--memory_budget",
+                text,
+            ]
+        )
 
 
 def test_hanoi_recipe_trains_with_gat(tmp_path) -> None:

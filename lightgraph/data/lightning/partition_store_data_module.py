@@ -86,12 +86,10 @@ from lightgraph.utilities.memory import (
 EvalMode = Literal["layerwise", "sampled"]
 EVAL_MODES: tuple[str, ...] = get_args(EvalMode)
 _STORE_FORMAT = 1
-# Bytes per node a stage of the on-disk build holds whatever its memory budget (its
-# per-node arrays; measured: GAP held 63 bytes per node at 20M nodes), checked against
-# the memory left before the stage starts.
-_GAP_BYTES_PER_NODE = 60
-_HUB_BYTES_PER_NODE = 40
-_WRITE_BYTES_PER_NODE = 16
+#: Share of ``memory_budget`` the chunks of an on-disk build's stage get; the rest is
+#: headroom for what the stage allocates besides them (the libraries' own buffers and
+#: thread pools; measured: at most 2.7 MB above the chunks, whatever the node count).
+STAGE_CHUNK_SHARE = 0.75
 
 
 class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
@@ -120,12 +118,17 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         eval_batch_size: seeds per sampled evaluation batch.
         cache_dir: where the store is written (``<cache_dir>/PartitionStore-<digest>``).
         seed: seed of the partitioner and of every sampling draw.
-        memory_budget: bytes the chunks of the build may hold (``None``:
-            :func:`~lightgraph.utilities.memory.default_memory_budget`, half the cgroup
-            memory limit, else a quarter of the physical memory). With a dataset on disk
-            every pass (validation, the CSC, GAP, hub scores, the store's buckets and
-            partition-major rows) reads chunks sized by it, besides per-node arrays
-            (``O(N)``); from a graph in memory it sizes the writer's chunks. It changes
+        memory_budget: bytes of anonymous memory each stage of the build may add
+            (``None``: :func:`~lightgraph.utilities.memory.default_memory_budget`, half
+            the cgroup memory limit, else a quarter of the physical memory; CLI:
+            ``lightgraph prepare --memory_budget 1GiB``). With a dataset on disk every
+            pass (validation, the CSC, GAP, hub scores, the store's buckets and
+            partition-major rows) reads chunks sized by :data:`STAGE_CHUNK_SHARE` of it,
+            and the per-node arrays (degrees, offsets, GAP's order and assignment, hub
+            scores, store ids) are memory-mapped work files whose pages the kernel
+            reclaims under a memory limit, so the bound holds whatever the node and edge
+            counts (see docs/datasets.md, "Preparing a graph larger than memory"); from
+            a graph in memory it sizes the writer's chunks. It changes
             how the store is written, never what it holds: it is not part of the store's
             fingerprint, and ``meta.json`` records it (with the chunk size) next to the
             build's timings. ``partitioner="metis"`` holds the graph in memory whatever
@@ -226,9 +229,15 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         return meta
 
     def _write_store(
-        self, writer: CacheWriter, graph: Data | OnDiskGraph, part: Tensor, hubs: Tensor
+        self,
+        writer: CacheWriter,
+        graph: Data | OnDiskGraph,
+        part: Tensor,
+        hubs: Tensor,
+        budget: int | None = None,
     ) -> dict[str, Any]:
-        """Write the store; returns its ``meta.json`` content (the caller adds the times)."""
+        """Write the store with chunks of ``budget`` bytes (default: ``memory_budget``);
+        returns its ``meta.json`` content (the caller adds the times)."""
         return dict(
             write_partition_store(
                 writer,
@@ -236,7 +245,7 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
                 part,
                 hubs,
                 fingerprint=self.store_fingerprint(),
-                memory_budget=self.memory_budget,
+                memory_budget=self.memory_budget if budget is None else budget,
             )
         )
 
@@ -249,7 +258,6 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         killed or interrupted later resumes after them. Work files (the CSC the hub
         scores read, the partitioner's) live in a directory next to the store's staging
         directory, removed at the end."""
-        n = graph.num_nodes
         parent, base = os.path.split(os.path.abspath(writer.target))
         stages = PrepareStages(
             type(self).__name__,
@@ -258,35 +266,33 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             option="memory_budget (--data.init_args.memory_budget)",
         )
         budget = self.memory_budget
-        with stages.stage("validate", budget, "the memory budget of its chunks"):
-            validate_on_disk_graph(graph, self.dataset.num_classes, self.dataset.multilabel, budget)
+        chunks = max(1, int(budget * STAGE_CHUNK_SHARE))
+        what = "its memory budget: chunks and the per-node windows"
+        with stages.stage("validate", budget, what):
+            validate_on_disk_graph(graph, self.dataset.num_classes, self.dataset.multilabel, chunks)
         with tempfile.TemporaryDirectory(prefix=".prepare-", dir=parent) as workdir:
-            per_node = _GAP_BYTES_PER_NODE if self.partitioner == "gap" else 0
             part = stages.cached(
-                "partition",
-                lambda: self._partition_on_disk(graph, workdir),
-                per_node * n + budget,
-                f"{per_node} bytes per node for {n:,} nodes plus the memory budget",
+                "partition", lambda: self._partition_on_disk(graph, workdir, chunks), budget, what
             )
             if self.hub_fraction > 0:
                 hubs = stages.cached(
-                    "hubs",
-                    lambda: self._hubs_on_disk(graph, workdir),
-                    _HUB_BYTES_PER_NODE * n + budget,
-                    f"{_HUB_BYTES_PER_NODE} bytes per node for {n:,} nodes plus the memory budget",
+                    "hubs", lambda: self._hubs_on_disk(graph, workdir, chunks), budget, what
                 )
             else:
                 hubs = np.empty(0, np.int64)
-        with stages.stage("write", _WRITE_BYTES_PER_NODE * n + budget, "its per-node arrays"):
-            meta = self._write_store(writer, graph, torch.from_numpy(part), torch.from_numpy(hubs))
+        with stages.stage("write", budget, what):
+            meta = self._write_store(
+                writer, graph, torch.from_numpy(part), torch.from_numpy(hubs), chunks
+            )
+        meta["memory_budget"] = budget  # the stages' (their chunks took a share of it)
         meta["build_seconds"] = {r.name: r.seconds for r in stages.records}
         meta["build_stages"] = stages.summary()
         stages.finish()
         return meta
 
-    def _partition_on_disk(self, graph: OnDiskGraph, workdir: str) -> np.ndarray:
+    def _partition_on_disk(self, graph: OnDiskGraph, workdir: str, chunks: int) -> np.ndarray:
         # METIS partitions an adjacency in memory and takes no budget.
-        budget = None if self.partitioner == "metis" else self.memory_budget
+        budget = None if self.partitioner == "metis" else chunks
         part = partition_on_disk(
             graph,
             self.num_parts,
@@ -297,11 +303,9 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
         )
         return np.asarray(part, dtype=np.int64)
 
-    def _hubs_on_disk(self, graph: OnDiskGraph, workdir: str) -> np.ndarray:
-        train_mask = np.asarray(graph.train_mask)
-        indptr, indices = on_disk_csc(
-            graph.edge_index, graph.num_nodes, workdir, self.memory_budget
-        )
+    def _hubs_on_disk(self, graph: OnDiskGraph, workdir: str, chunks: int) -> np.ndarray:
+        train_mask = graph.train_mask  # read in windows
+        indptr, indices = on_disk_csc(graph.edge_index, graph.num_nodes, workdir, chunks)
         hubs = select_hubs_on_disk(
             indptr,
             indices,
@@ -310,7 +314,8 @@ class PartitionStoreDataModule(DatasetSizes, CachedDataModule):
             self.hub_fraction,
             self.hub_walk_length,
             exclude=train_mask,  # hubs are never targets: keep every target
-            memory_budget=self.memory_budget,
+            memory_budget=chunks,
+            workdir=workdir,
         )
         del indptr, indices  # the memory maps, before their files are removed
         return np.asarray(hubs, dtype=np.int64)

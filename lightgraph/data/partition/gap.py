@@ -72,6 +72,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -79,7 +80,7 @@ from numpy.lib.format import open_memmap
 from torch import Tensor
 
 from lightgraph.data.partition.out_of_core import check_bool_mask, check_edge_array
-from lightgraph.utilities.arrays import edge_chunks, id_dtype_for
+from lightgraph.utilities.arrays import WorkArrays, edge_chunks, id_dtype_for
 from lightgraph.utilities.checks import (
     check_edge_ids,
     check_graph_edge_index,
@@ -109,6 +110,12 @@ _KERNELS = (
     "_relabel_window",
     "_gap_passes",
     "_fill_empty",
+    "_invert",
+    "_ordered_offsets",
+    "_max_degree",
+    "_order_by_degree",
+    "_gather",
+    "_scatter",
 )
 _compiled = False
 _compile_lock = threading.Lock()
@@ -230,16 +237,18 @@ def _relabel_window(indptr, indices, rank, new_indptr, r0, r1, buf):  # type: ig
                 buf[start + j - a] = rank[indices[j]]
 
 
-def _relabel_on_disk(indptr, indices, order, rank, out, window_slots):  # type: ignore[no-untyped-def]
+def _relabel_on_disk(indptr, indices, order, rank, out, window_slots, new_indptr=None):  # type: ignore[no-untyped-def]
     """:func:`_relabel` for a memory-mapped ``indices`` and ``out``: the new lists are
     built in windows of at most ``window_slots`` entries (one node's list at least), each
     from a sequential scan of ``indices`` and written to ``out`` in order. Random reads of
     node lists under a memory limit re-read the disk's read-ahead windows: 504 GB for an
-    84M-edge graph in 1 GiB; this reads ``indices`` once per window."""
+    84M-edge graph in 1 GiB; this reads ``indices`` once per window. ``new_indptr``
+    (``[N + 1]``) receives the new offsets (default: a new array)."""
     num_nodes = order.shape[0]
-    rank[order] = np.arange(num_nodes, dtype=rank.dtype)
-    new_indptr = np.zeros(num_nodes + 1, np.int64)
-    np.cumsum(np.diff(indptr)[order], out=new_indptr[1:])
+    _invert(order, rank)
+    if new_indptr is None:
+        new_indptr = np.empty(num_nodes + 1, np.int64)
+    _ordered_offsets(indptr, order, new_indptr)
     r0 = 0
     while r0 < num_nodes:
         r1 = int(np.searchsorted(new_indptr, new_indptr[r0] + window_slots, side="right")) - 1
@@ -249,6 +258,55 @@ def _relabel_on_disk(indptr, indices, order, rank, out, window_slots):  # type: 
         out[new_indptr[r0] : new_indptr[r1]] = buf
         r0 = r1
     return new_indptr, out
+
+
+def _invert(order, rank):  # type: ignore[no-untyped-def]
+    """``rank[order[r]] = r``."""
+    for r in range(order.shape[0]):
+        rank[order[r]] = r
+
+
+def _ordered_offsets(indptr, order, new_indptr):  # type: ignore[no-untyped-def]
+    """The offsets of the adjacency with its node lists in ``order``."""
+    new_indptr[0] = 0
+    for r in range(order.shape[0]):
+        v = order[r]
+        new_indptr[r + 1] = new_indptr[r] + indptr[v + 1] - indptr[v]
+
+
+def _max_degree(indptr):  # type: ignore[no-untyped-def]
+    best = 0
+    for v in range(indptr.shape[0] - 1):
+        best = max(best, indptr[v + 1] - indptr[v])
+    return best
+
+
+def _order_by_degree(indptr, perm, buckets, order):  # type: ignore[no-untyped-def]
+    """The nodes of ``perm`` by decreasing degree, in ``perm``'s order within a degree (a
+    stable counting sort: :func:`_stream_order`'s ``argsort(-degree[perm], "stable")``
+    in ``O(N + max degree)``); ``buckets`` is zeroed scratch of ``max degree + 2``."""
+    top = buckets.shape[0] - 2
+    for v in range(perm.shape[0]):
+        buckets[top - (indptr[v + 1] - indptr[v]) + 1] += 1
+    for b in range(top + 1):
+        buckets[b + 1] += buckets[b]
+    for i in range(perm.shape[0]):
+        v = perm[i]
+        b = top - (indptr[v + 1] - indptr[v])
+        order[buckets[b]] = v
+        buckets[b] += 1
+
+
+def _gather(values, index, out):  # type: ignore[no-untyped-def]
+    """``out[i] = values[index[i]]``."""
+    for i in range(index.shape[0]):
+        out[i] = values[index[i]]
+
+
+def _scatter(values, index, out):  # type: ignore[no-untyped-def]
+    """``out[index[i]] = values[i]``."""
+    for i in range(index.shape[0]):
+        out[index[i]] = values[i]
 
 
 def _better(score_p, p, score_q, q):  # type: ignore[no-untyped-def]
@@ -443,7 +501,7 @@ def gap_partition(
     indptr, indices = _relabel(indptr, indices, order, rank, np.empty_like(indices))
     del rank, scratch
     part = _assign(
-        indptr, indices, stratum, strata_sizes, order, num_edges, num_parts, passes,
+        indptr, indices, stratum[order], strata_sizes, order, num_edges, num_parts, passes,
         balance, slack,
     )  # fmt: skip
     return torch.from_numpy(part)
@@ -520,29 +578,36 @@ def gap_partition_on_disk(
         raise ValueError(
             f"{owner}: expected `workdir` to be an existing directory or None but got {workdir!r}."
         )
-    stratum, strata_sizes = _strata_chunked(owner, y, train_mask, num_nodes, budget)
     _compile_kernels(owner)
-    if num_parts == 1:
-        _check_edge_ids(owner, edge_index, num_nodes, budget)
-        return np.zeros(num_nodes, np.int64)
-
     work = tempfile.mkdtemp(prefix="lightgraph-gap-", dir=workdir)
     try:
+        arrays = WorkArrays(work)
+        stratum, strata_sizes = _strata_chunked(owner, y, train_mask, num_nodes, budget, arrays)
+        if num_parts == 1:
+            _check_edge_ids(owner, edge_index, num_nodes, budget)
+            return np.zeros(num_nodes, np.int64)
         indptr, adjacency, nnz = _undirected_csr_on_disk(
-            owner, edge_index, num_nodes, budget, os.path.join(work, "adjacency.npy")
+            owner, edge_index, num_nodes, budget, os.path.join(work, "adjacency.npy"), arrays
         )
-        order = _stream_order(indptr, seed)
-        rank = np.empty(num_nodes, adjacency.dtype)
+        order = _stream_order_on_disk(indptr, seed, arrays)
+        rank = arrays.empty("rank", num_nodes, adjacency.dtype)
         renamed = open_memmap(
             os.path.join(work, "renamed.npy"), "w+", adjacency.dtype, (max(nnz, 1),)
         )
         slots = max(1, budget // (2 * adjacency.dtype.itemsize))  # buffer + scan pages
-        indptr, indices = _relabel_on_disk(indptr, adjacency[:nnz], order, rank, renamed, slots)
+        new_indptr = arrays.empty("renamed-indptr", num_nodes + 1, np.int64)
+        indptr, indices = _relabel_on_disk(
+            indptr, adjacency[:nnz], order, rank, renamed, slots, new_indptr
+        )
         del rank, adjacency
         os.remove(os.path.join(work, "adjacency.npy"))
+        ordered = arrays.empty("ordered-stratum", num_nodes, stratum.dtype)
+        _gather(stratum, order, ordered)
+        del stratum
+        ranked = arrays.empty("ranked", num_nodes, np.int32, fill=-1)
         part = _assign(
-            indptr, indices, stratum, strata_sizes, order, max(nnz // 2, 1), num_parts,
-            passes, balance, slack,
+            indptr, indices, ordered, strata_sizes, order, max(nnz // 2, 1), num_parts,
+            passes, balance, slack, ranked=ranked, part=arrays.empty("part", num_nodes, np.int64),
         )  # fmt: skip
         del indices, renamed
     finally:
@@ -575,10 +640,23 @@ def _stream_order(indptr: np.ndarray, seed: int) -> np.ndarray:
     return perm[np.argsort(-degree[perm], kind="stable")]
 
 
+def _stream_order_on_disk(indptr: np.ndarray, seed: int, arrays: WorkArrays) -> np.ndarray:
+    """:func:`_stream_order` in work arrays (a counting sort by degree: the same order)."""
+    num_nodes = len(indptr) - 1
+    perm = arrays.arange("permutation", num_nodes, id_dtype_for(num_nodes))
+    # Generator.permutation(n) is arange(n) shuffled; the shuffle draws the same numbers
+    # whatever the dtype. A plain ndarray view takes NumPy's in-place fast path.
+    np.random.default_rng(seed).shuffle(perm.view(np.ndarray))
+    buckets = arrays.empty("degree-buckets", int(_max_degree(indptr)) + 2, np.int64)
+    order = arrays.empty("order", num_nodes, id_dtype_for(num_nodes))
+    _order_by_degree(indptr, perm, buckets, order)
+    return order
+
+
 def _assign(
     indptr: np.ndarray,
     indices: np.ndarray,
-    stratum: np.ndarray,
+    ordered_stratum: np.ndarray,
     strata_sizes: np.ndarray,
     order: np.ndarray,
     num_edges: int,
@@ -586,43 +664,57 @@ def _assign(
     passes: int,
     balance: float,
     slack: float,
+    ranked: np.ndarray | None = None,
+    part: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The passes over the adjacency renamed in stream ``order``; ``int64`` part per node."""
+    """The passes over the adjacency renamed in stream ``order``; ``int64`` part per node.
+    ``ordered_stratum`` is the stratum of node ``order[r]`` at ``r``; ``ranked`` (``-1``
+    everywhere) and ``part`` are scratch (default: new arrays in memory)."""
     num_nodes = len(order)
     caps = np.array([_cap(slack, int(n), num_parts) for n in strata_sizes], np.int64)
     mu = strata_sizes.astype(np.float64) / num_nodes
     alpha = balance * num_edges * num_parts ** (GAP_GAMMA - 1.0) / num_nodes**GAP_GAMMA
-    ranked = np.full(num_nodes, -1, np.int32)  # int32: the random reads stay in cache longer
+    if ranked is None:  # int32: the random reads stay in cache longer
+        ranked = np.full(num_nodes, -1, np.int32)
     _gap_passes(
-        indptr, indices, stratum[order], len(strata_sizes), num_parts, caps, mu,
+        indptr, indices, ordered_stratum, len(strata_sizes), num_parts, caps, mu,
         float(alpha), GAP_GAMMA, passes, ranked,
     )  # fmt: skip
-    part = np.empty(num_nodes, np.int64)
-    part[order] = ranked
+    if part is None:
+        part = np.empty(num_nodes, np.int64)
+    _scatter(ranked, order, part)
     return _fill_empty(part, num_parts)
 
 
 def _undirected_csr_on_disk(
-    owner: str, edge_index: np.ndarray, num_nodes: int, budget: int, path: str
+    owner: str,
+    edge_index: np.ndarray,
+    num_nodes: int,
+    budget: int,
+    path: str,
+    arrays: WorkArrays,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`_undirected_csr` into the memory-mapped file ``path``: ``(indptr, adjacency,
-    nnz)`` with the neighbours in ``adjacency[:nnz]`` (see :func:`gap_partition_on_disk`)."""
+    nnz)`` with the neighbours in ``adjacency[:nnz]`` (see :func:`gap_partition_on_disk`).
+    The per-node arrays are ``arrays``; a quarter of ``budget`` holds a chunk of edges,
+    half a window's neighbour slots and an eighth its cursors."""
     id_dtype = np.dtype(id_dtype_for(num_nodes))
-    chunk = max(1, budget // 2 // (2 * edge_index.dtype.itemsize))
+    chunk = max(1, budget // 4 // (2 * edge_index.dtype.itemsize))
     window = max(1, budget // 2 // id_dtype.itemsize)
-    indptr = np.zeros(num_nodes + 1, np.int64)
+    window_nodes = max(1, budget // 8 // 8)
+    indptr = arrays.empty("degrees", num_nodes + 1, np.int64)
     for start, row, col in edge_chunks(edge_index, chunk):
         check_edge_ids(owner, start, row, col, num_nodes)  # before the kernel indexes them
         _csr_count(row, col, indptr)
     np.cumsum(indptr, out=indptr)
 
     adjacency = open_memmap(path, "w+", id_dtype, (max(int(indptr[-1]), 1),))
-    new_indptr = np.zeros(num_nodes + 1, np.int64)
-    mark = np.full(num_nodes, -1, np.int64)
+    new_indptr = arrays.empty("indptr", num_nodes + 1, np.int64)
+    mark = arrays.empty("mark", num_nodes, id_dtype, fill=-1)
     first = nnz = 0
     while first < num_nodes:
         fits = int(np.searchsorted(indptr, indptr[first] + window, side="right")) - 1
-        stop = min(max(fits, first + 1), num_nodes)
+        stop = min(max(fits, first + 1), num_nodes, first + window_nodes)
         slots = np.empty(int(indptr[stop] - indptr[first]), id_dtype)
         if len(slots):
             fill = indptr[first:stop] - indptr[first]
@@ -679,11 +771,17 @@ def _strata(
 
 
 def _strata_chunked(
-    owner: str, y: np.ndarray, train_mask: np.ndarray, num_nodes: int, budget: int
+    owner: str,
+    y: np.ndarray,
+    train_mask: np.ndarray,
+    num_nodes: int,
+    budget: int,
+    arrays: WorkArrays,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_strata` of NumPy arrays (memmaps), ``y`` read in row chunks of about
-    ``budget`` bytes."""
-    train_mask = check_bool_mask(owner, "train_mask", train_mask, num_nodes)
+    """:func:`_strata` of NumPy arrays (memmaps) into a work array: ``y`` and
+    ``train_mask`` read in row chunks of about ``budget`` bytes, twice (the distinct
+    training labels, then every node's stratum)."""
+    check_bool_mask(owner, "train_mask", train_mask, num_nodes, copy=False)
     if not isinstance(y, np.ndarray) or not (
         (y.ndim == 2 and y.shape[0] == num_nodes and y.shape[1] >= 1 and y.dtype.kind in "biuf")
         or (y.ndim == 1 and y.shape[0] == num_nodes and y.dtype.kind in "iu")
@@ -693,19 +791,28 @@ def _strata_chunked(
             f"{owner}: expected `y` to be integer class ids of shape ({num_nodes},) or "
             f"multi-label scores of shape ({num_nodes}, num_classes) but got {got}."
         )
-    mask = torch.from_numpy(np.array(train_mask))
-    rows = max(1, budget // (y.itemsize * (y.shape[1] if y.ndim == 2 else 1)))
-    labels = [
-        _training_labels(
-            owner,
-            torch.from_numpy(np.array(y[start : start + rows])),  # a writable copy
-            mask[start : start + rows],
-        )
-        for start in range(0, num_nodes, rows)
-    ]
-    return _compact_strata(
-        torch.cat(labels) if labels else torch.empty(0, dtype=torch.long), mask, num_nodes
-    )
+    # per row: the copies of y and the mask, the labels, the stratum block and its counts
+    rows = max(1, budget // (48 + y.itemsize * (y.shape[1] if y.ndim == 2 else 1)))
+
+    def chunks() -> Iterator[tuple[int, Tensor, Tensor]]:
+        for start in range(0, num_nodes, rows):
+            mask = torch.from_numpy(np.array(train_mask[start : start + rows]))
+            labels = _training_labels(
+                owner, torch.from_numpy(np.array(y[start : start + rows])), mask
+            )  # a writable copy
+            yield start, mask, labels
+
+    classes = torch.empty(0, dtype=torch.long)
+    for _, _, labels in chunks():
+        classes = torch.unique(torch.cat([classes, labels]))
+    stratum = arrays.empty("stratum", num_nodes, np.int32)
+    sizes = torch.zeros(classes.numel() + 1, dtype=torch.long)
+    for start, mask, labels in chunks():
+        block = torch.full((mask.numel(),), classes.numel(), dtype=torch.int32)
+        block[mask] = torch.searchsorted(classes, labels).int()
+        stratum[start : start + mask.numel()] = block.numpy()
+        sizes += torch.bincount(block.long(), minlength=classes.numel() + 1)
+    return stratum, sizes.numpy()
 
 
 def _training_labels(owner: str, y: Tensor, train_mask: Tensor) -> Tensor:

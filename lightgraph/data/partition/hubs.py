@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from lightgraph.data.partition.out_of_core import check_bool_mask
+from lightgraph.utilities.arrays import WorkArrays
 from lightgraph.utilities.checks import (
     check_fraction,
     check_graph_edge_index,
@@ -55,6 +56,10 @@ from lightgraph.utilities.checks import (
 from lightgraph.utilities.memory import check_memory_budget
 
 __all__ = ["hub_scores", "hub_scores_on_disk", "select_hubs", "select_hubs_on_disk"]
+
+#: Bytes per node of a window of the on-disk per-node passes (a few ``float64``
+#: temporaries per node: degrees, weights, the ranked scores and ids).
+_NODE_WINDOW_BYTES = 64
 
 _product_kernel = None
 _kernel_lock = threading.Lock()
@@ -156,6 +161,7 @@ def hub_scores_on_disk(
     laziness: float = 0.5,
     *,
     memory_budget: int | None = None,
+    workdir: str | None = None,
 ) -> np.ndarray:
     """:func:`hub_scores` from the CSC of the graph, read in chunks (e.g. memory-mapped).
 
@@ -175,8 +181,12 @@ def hub_scores_on_disk(
         train_mask: boolean ``[num_nodes]`` array of the training nodes (the walk starts).
         walk_length: number of steps ``L >= 0``.
         laziness: probability ``lambda`` in ``[0, 1]`` of staying at a step.
-        memory_budget: bytes of one chunk of ``indices`` (``>= 1``; ``None``:
+        memory_budget: bytes of one chunk of ``indices`` and of the per-node arrays'
+            windows (``>= 1``; ``None``:
             :func:`~lightgraph.utilities.memory.default_memory_budget`).
+        workdir: an existing directory for the per-node arrays (the walk's scores and
+            the step's weights, ``float64``), memory-mapped so that they are file pages
+            the kernel may reclaim, not the process's memory; ``None``: in memory.
 
     Returns:
         ``float64`` array ``[num_nodes]``, equal to :func:`hub_scores` of the same graph.
@@ -188,8 +198,9 @@ def hub_scores_on_disk(
     """
     owner = "hub_scores_on_disk"
     return _scores_on_disk(
-        owner, indptr, indices, num_nodes, train_mask, walk_length, laziness, memory_budget
-    )
+        owner, indptr, indices, num_nodes, train_mask, walk_length, laziness, memory_budget,
+        workdir,
+    )  # fmt: skip
 
 
 def select_hubs_on_disk(
@@ -203,17 +214,19 @@ def select_hubs_on_disk(
     exclude: np.ndarray | None = None,
     *,
     memory_budget: int | None = None,
+    workdir: str | None = None,
 ) -> np.ndarray:
     """:func:`select_hubs` from the CSC of the graph, read in chunks
-    (:func:`hub_scores_on_disk`): the same hubs, with ``O(num_nodes)`` memory besides one
-    chunk of ``memory_budget`` bytes.
+    (:func:`hub_scores_on_disk`): the same hubs. The best nodes are kept while the scores
+    are read in windows, so besides the per-node arrays (memory-mapped under ``workdir``)
+    it holds one window and the hubs.
 
     Args:
         indptr, indices: the CSC, as :func:`hub_scores_on_disk`.
         num_nodes, fraction, walk_length, laziness: as :func:`select_hubs`.
         train_mask: boolean ``[num_nodes]`` array of the training nodes.
         exclude: optional boolean ``[num_nodes]`` array of nodes that may not be hubs.
-        memory_budget: as :func:`hub_scores_on_disk`.
+        memory_budget, workdir: as :func:`hub_scores_on_disk`.
 
     Returns:
         ``int64`` array of the hub ids in increasing order (ties: the smaller id).
@@ -225,11 +238,13 @@ def select_hubs_on_disk(
     owner = "select_hubs_on_disk"
     fraction = check_fraction(owner, "fraction", fraction)
     scores = _scores_on_disk(
-        owner, indptr, indices, num_nodes, train_mask, walk_length, laziness, memory_budget
-    )
+        owner, indptr, indices, num_nodes, train_mask, walk_length, laziness, memory_budget,
+        workdir,
+    )  # fmt: skip
     if exclude is not None:
-        exclude = check_bool_mask(owner, "exclude", exclude, num_nodes)
-    return _top(scores, fraction, exclude)
+        exclude = check_bool_mask(owner, "exclude", exclude, num_nodes, copy=False)
+    budget = check_memory_budget(owner, memory_budget)
+    return _top_windowed(scores, fraction, exclude, _node_rows(budget))
 
 
 def _top(scores: np.ndarray, fraction: float, excluded: np.ndarray | None) -> np.ndarray:
@@ -244,6 +259,42 @@ def _top(scores: np.ndarray, fraction: float, excluded: np.ndarray | None) -> np
     # Stable sort of -score: the highest scores first, ties by node id.
     top = np.argsort(-scores, kind="stable")[:count]
     return np.sort(top).astype(np.int64)
+
+
+def _top_windowed(
+    scores: np.ndarray, fraction: float, excluded: np.ndarray | None, rows: int
+) -> np.ndarray:
+    """:func:`_top` reading ``scores`` (and ``excluded``) ``rows`` nodes at a time: the best
+    nodes so far and one window are ranked together, so memory is the hubs plus a
+    window, whatever the node count. The same nodes as :func:`_top`: both order by
+    (score descending, id ascending)."""
+    num_nodes = len(scores)
+    count = min(math.ceil(round(fraction * num_nodes, 9)), num_nodes)
+    if excluded is not None:
+        num_excluded = sum(
+            int(np.count_nonzero(excluded[lo : lo + rows])) for lo in range(0, num_nodes, rows)
+        )
+        count = min(count, num_nodes - num_excluded)
+    best_ids = np.empty(0, np.int64)
+    best_scores = np.empty(0, np.float64)
+    if count == 0:
+        return best_ids
+    for lo in range(0, num_nodes, rows):
+        hi = min(num_nodes, lo + rows)
+        window = np.array(scores[lo:hi], dtype=np.float64)
+        if excluded is not None:
+            window[np.asarray(excluded[lo:hi])] = -np.inf
+        ids = np.concatenate([best_ids, np.arange(lo, hi, dtype=np.int64)])
+        values = np.concatenate([best_scores, window])
+        keep = np.lexsort((ids, -values))[:count]
+        best_ids, best_scores = ids[keep], values[keep]
+    return np.sort(best_ids)
+
+
+def _node_rows(budget: int) -> int:
+    """Nodes per window of the per-node passes: their ``float64`` temporaries in half the
+    budget."""
+    return max(1, budget // 2 // _NODE_WINDOW_BYTES)
 
 
 def _scores(
@@ -288,6 +339,7 @@ def _scores_on_disk(
     walk_length: int,
     laziness: float,
     memory_budget: int | None,
+    workdir: str | None = None,
 ) -> np.ndarray:
     num_nodes = check_int(owner, "num_nodes", num_nodes, low=0)
     for name, array in (("indptr", indptr), ("indices", indices)):
@@ -306,23 +358,34 @@ def _scores_on_disk(
             f"{owner}: expected `indptr` to be of shape ({num_nodes + 1},) (num_nodes + 1) "
             f"but got shape {indptr.shape}."
         )
-    starts = np.array(indptr, dtype=np.int64)
-    if starts[0] != 0 or starts[-1] != len(indices) or np.any(starts[1:] < starts[:-1]):
+    rows = _node_rows(check_memory_budget(owner, memory_budget))
+    if int(indptr[0]) != 0 or int(indptr[-1]) != len(indices) or _decreases(indptr, rows):
         raise ValueError(
             f"{owner}: expected `indptr` to start at 0, be non-decreasing and end at "
-            f"len(indices) = {len(indices)} but got indptr[0] = {starts[0]}, indptr[-1] = "
-            f"{starts[-1]}."
+            f"len(indices) = {len(indices)} but got indptr[0] = {int(indptr[0])}, "
+            f"indptr[-1] = {int(indptr[-1])}."
         )
-    mask = check_bool_mask(owner, "train_mask", train_mask, num_nodes)
+    check_bool_mask(owner, "train_mask", train_mask, num_nodes, copy=False)
     walk_length = check_int(owner, "walk_length", walk_length, low=0)
     laziness = check_fraction(owner, "laziness", laziness)
-    chunk = max(1, check_memory_budget(owner, memory_budget) // indices.itemsize)
+    # half the budget for a chunk of sources, half for the windows of per-node temporaries
+    chunk = max(1, check_memory_budget(owner, memory_budget) // 2 // indices.itemsize)
     product = _compiled_product(owner)
+    starts = indptr if indptr.dtype == np.int64 else _as_int64(indptr, rows, workdir)
 
-    in_degree = np.diff(starts).astype(np.float64)
-    weight = np.divide(1.0 - laziness, in_degree, out=np.zeros(num_nodes), where=in_degree > 0)
-    stay = laziness + (1.0 - laziness) * (in_degree == 0)  # sources keep the walker
-    del in_degree
+    arrays = WorkArrays(workdir)
+    weight = arrays.empty("hub-weight", num_nodes, np.float64)
+    stay = arrays.empty("hub-stay", num_nodes, np.float64)
+    score = arrays.empty("hub-score", num_nodes, np.float64)
+    step = arrays.empty("hub-step", num_nodes, np.float64)
+    for lo in range(0, num_nodes, rows):
+        hi = min(num_nodes, lo + rows)
+        in_degree = np.diff(starts[lo : hi + 1]).astype(np.float64)
+        weight[lo:hi] = np.divide(
+            1.0 - laziness, in_degree, out=np.zeros(hi - lo), where=in_degree > 0
+        )
+        stay[lo:hi] = laziness + (1.0 - laziness) * (in_degree == 0)  # sources keep the walker
+        score[lo:hi] = train_mask[lo:hi]
     windows = []  # whole columns, about `chunk` sources each
     first = 0
     while first < num_nodes:
@@ -330,9 +393,8 @@ def _scores_on_disk(
         stop = min(max(fits, first + 1), num_nodes)
         windows.append((first, stop))
         first = stop
-    score = mask.astype(np.float64)
     for _ in range(walk_length):
-        step = np.zeros(num_nodes)
+        step[:] = 0.0
         for first, stop in windows:
             sources = np.array(indices[starts[first] : starts[stop]])
             status, column, value = product(starts, sources, first, stop, score, weight, step)
@@ -347,8 +409,27 @@ def _scores_on_disk(
                     f"[0, {num_nodes - 1}] but found {value} (target {column})."
                 )
             del sources
-        score = stay * score + step
+        for lo in range(0, num_nodes, rows):
+            hi = min(num_nodes, lo + rows)
+            score[lo:hi] = stay[lo:hi] * score[lo:hi] + step[lo:hi]
     return score
+
+
+def _decreases(indptr: np.ndarray, rows: int) -> bool:
+    """Whether ``indptr`` decreases anywhere, read ``rows`` entries at a time."""
+    for lo in range(0, len(indptr) - 1, rows):
+        window = np.asarray(indptr[lo : lo + rows + 1])
+        if np.any(window[1:] < window[:-1]):
+            return True
+    return False
+
+
+def _as_int64(indptr: np.ndarray, rows: int, workdir: str | None) -> np.ndarray:
+    """``indptr`` as ``int64`` (a work array), copied ``rows`` entries at a time."""
+    out = WorkArrays(workdir).empty("hub-indptr", len(indptr), np.int64)
+    for lo in range(0, len(indptr), rows):
+        out[lo : lo + rows] = indptr[lo : lo + rows]
+    return out
 
 
 def _csc_product(indptr, sources, first, stop, x, weight, out):  # type: ignore[no-untyped-def]

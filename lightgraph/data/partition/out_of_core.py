@@ -45,10 +45,10 @@ CSC_INDPTR_NAME, CSC_INDICES_NAME = "csc_indptr.npy", "csc_indices.npy"
 
 # Bytes per edge of a chunk: the int64 (src, dst) copies, the sort's order and keys, the
 # ranks and gathered values of the scatter, with headroom.
-_CSC_EDGE_BYTES = 96
+_CSC_EDGE_BYTES = 128
 # Bytes per edge of a window sorted in memory (its spilled pairs, target and source as
 # int64, the key and the sort's scratch).
-_WINDOW_EDGE_BYTES = 48
+_WINDOW_EDGE_BYTES = 64
 # Bytes per edge of a validation chunk (the int64 copy of one row and its comparisons).
 _CHECK_EDGE_BYTES = 24
 # Windows of targets whose spill files one pass over the edges fills (open files at once).
@@ -65,15 +65,15 @@ def count_keys(keys: np.ndarray, size: int) -> np.ndarray:
 
 
 def add_key_counts(counts: np.ndarray, keys: np.ndarray) -> None:
-    """``counts += bincount(keys, minlength=len(counts))`` in place, in ``O(m log m)`` for
-    ``m = keys.size`` when ``keys`` is much shorter than ``counts``: a pass that counts
-    chunk by chunk then costs no ``O(N)`` per chunk (``counts`` may be a view)."""
+    """``counts += bincount(keys, minlength=len(counts))`` in place, in ``O(m)`` for ``m =
+    keys.size`` and without a temporary as long as ``counts`` (which may be a view, or a
+    memory-mapped per-node array) unless ``counts`` is small: a pass that counts chunk by
+    chunk then costs neither ``O(N)`` time nor ``O(N)`` memory per chunk."""
     size = counts.shape[0]
-    if size <= 4 * max(keys.size, 1) or size <= 1 << 16:
+    if size <= 1 << 16:
         counts += np.bincount(keys, minlength=size)
         return
-    uniq, found = np.unique(keys, return_counts=True)
-    counts[uniq] += found
+    np.add.at(counts, keys, 1)
 
 
 def scatter_by_key(
@@ -117,8 +117,11 @@ def check_edge_array(owner: str, edge_index: Any) -> np.ndarray:
     return edge_index
 
 
-def check_bool_mask(owner: str, name: str, mask: object, num_nodes: int) -> np.ndarray:
-    """A boolean NumPy array of shape ``(num_nodes,)``, read into memory (O(N))."""
+def check_bool_mask(
+    owner: str, name: str, mask: object, num_nodes: int, copy: bool = True
+) -> np.ndarray:
+    """A boolean NumPy array of shape ``(num_nodes,)``: read into memory (``O(N)``), or
+    ``mask`` itself with ``copy=False`` (e.g. a memory map read in chunks later)."""
     if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_nodes,):
         got = (
             f"shape {mask.shape}, dtype {mask.dtype}"
@@ -129,7 +132,7 @@ def check_bool_mask(owner: str, name: str, mask: object, num_nodes: int) -> np.n
             f"{owner}: expected `{name}` to be a boolean array of shape ({num_nodes},) but got "
             f"{got}."
         )
-    return np.array(mask)
+    return np.array(mask) if copy else mask
 
 
 def validate_on_disk_graph(
@@ -243,7 +246,8 @@ def on_disk_csc(
     consecutive targets with as many in-edges as ``memory_budget`` sorts at once; (2) append every chunk's edges
     to the spill file of their target's window; (3) read one window's spill file at a time,
     sort it by (target, source) in memory and write it to its slice of the memory-mapped
-    ``indices``. Memory: ``indptr`` (``int64 [N + 1]``), one chunk or window sized by
+    ``indices``. Memory: ``indptr`` (``int64 [N + 1]``, counted in its memory-mapped
+    file), one chunk or window sized by
     ``memory_budget`` and, for a target with more in-edges than a window, that target's
     in-edges. Disk: the spill files, as large as the edges, removed at the end. Passes
     over the edges: two, plus one per 256 windows beyond the first 256.
@@ -278,19 +282,19 @@ def on_disk_csc(
             f"{owner}: expected `directory` to be an existing directory but got {directory!r}."
         )
     num_edges = int(edge_index.shape[1])
-    chunk = rows_per_chunk(budget, _CSC_EDGE_BYTES, reserved=8 * (n + 1), cap=_MAX_CHUNK)
+    chunk = rows_per_chunk(budget, _CSC_EDGE_BYTES, cap=_MAX_CHUNK)
     # a window's edges are sorted in memory at once: as many as the budget holds
-    window_edges = rows_per_chunk(budget, _WINDOW_EDGE_BYTES, reserved=8 * (n + 1))
+    window_edges = rows_per_chunk(budget, _WINDOW_EDGE_BYTES)
     idt = np.dtype(np.int32 if n < 2**31 else np.int64)
 
-    # pass 1: in-degrees, and the windows of targets
-    indptr = np.zeros(n + 1, dtype=np.int64)
+    # pass 1: in-degrees, and the windows of targets. The offsets are counted in their
+    # memory-mapped file (file pages the kernel may reclaim, not the process's memory).
+    indptr_path = os.path.join(directory, CSC_INDPTR_NAME)
+    indptr = new_npy(indptr_path, np.int64, (n + 1,))
     for lo, src, dst in edge_chunks(edge_index, chunk, np.int64):
         check_edge_ids(owner, lo, src, dst, n)
         add_key_counts(indptr[1:], dst)
     np.cumsum(indptr, out=indptr)
-    indptr_path = os.path.join(directory, CSC_INDPTR_NAME)
-    np.save(indptr_path, indptr, allow_pickle=False)
     bounds = [0]
     while bounds[-1] < n:
         v = bounds[-1]
@@ -308,9 +312,10 @@ def on_disk_csc(
             for i in range(first, last):
                 v, w = bounds[i], bounds[i + 1]
                 _sort_window(owner, indptr, v, w, n, idt, indices, os.path.join(spill, str(i)))
-    if isinstance(indices, np.memmap):
-        indices.flush()
-    del indices
+    for array in (indptr, indices):
+        if isinstance(array, np.memmap):
+            array.flush()
+    del indptr, indices
     return (
         np.load(indptr_path, mmap_mode="r"),
         np.load(indices_path, mmap_mode="r"),

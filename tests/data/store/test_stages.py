@@ -127,14 +127,19 @@ def test_peak_memory_is_the_stages_own(tmp_path):
 def test_a_stage_that_cannot_fit_says_so_before_it_starts(tmp_path, monkeypatch):
     on_disk, _ = _write_graph(tmp_path / "graph")
     calls = _count_partitions(monkeypatch)
-    monkeypatch.setattr(psdm, "_GAP_BYTES_PER_NODE", 1 << 50)  # no machine holds it
+    # a limit that leaves 64 KiB beside what the process holds: the 256 KiB budget of
+    # the first stage does not fit
+    held = stages_module.resident_memory()
+    monkeypatch.setattr(stages_module, "resident_memory", lambda: held)
+    monkeypatch.setattr(stages_module, "cgroup_memory_limit", lambda: held + 64 * KIB)
     dm = _module(on_disk, tmp_path / "cache")
     with pytest.raises(StageMemoryError) as err:
         dm.prepare_data()
     text = str(err.value)
-    assert "stage 'partition' needs at least" in text and "600 nodes" in text
-    assert "memory_budget" in text and "are left" in text
-    assert calls == []  # raised before the stage ran
+    assert "stage 'validate' needs at least 262.14 kB (its memory budget" in text
+    assert "65.54 kB are left (the cgroup memory limit" in text
+    assert "--data.init_args.memory_budget" in text
+    assert calls == []  # raised before any stage ran
 
     # a limit read from the cgroup: what the process holds is subtracted
     monkeypatch.setattr(stages_module, "cgroup_memory_limit", lambda: 100 << 20)

@@ -68,7 +68,7 @@ from lightgraph.data.store.partition_store.layout import (
     Y_FILE,
 )
 from lightgraph.data.store.partition_store.reader import PartitionStore
-from lightgraph.utilities.arrays import edge_chunks, id_dtype_for, new_npy
+from lightgraph.utilities.arrays import WorkArrays, edge_chunks, id_dtype_for, new_npy
 from lightgraph.utilities.checks import check_bool, check_int, check_type, describe
 from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
 
@@ -77,7 +77,10 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 _NODE_CHUNK_BYTES = 64 << 20
 # Bytes per edge a chunk of the two edge passes holds (its int64 copy, masks, keys, the
 # counting sort's order, ranks and gathered pairs), for chunks sized by a memory budget.
-_EDGE_BYTES = 192
+_EDGE_BYTES = 256
+# Bytes per node of a chunk of the counting sort by partition (keys, order, ranks,
+# positions and values as int64).
+_NODE_SORT_BYTES = 64
 
 
 def _check_part(
@@ -151,10 +154,20 @@ def _check_hubs(owner: str, hubs: Any, num_nodes: int) -> np.ndarray:
 
 
 def _save_npy(writer: CacheWriter, name: str, array: np.ndarray) -> None:
+    """``numpy.save`` of ``array`` (the same bytes), its data written in pieces of
+    :data:`_SAVE_BYTES`: ``numpy.save`` buffers up to 16 MiB at a time for a file object
+    that is not a plain file, a per-node array's worth on a large graph."""
+    array = np.ascontiguousarray(array)
+    flat = array.reshape(-1)
+    step = max(1, _SAVE_BYTES // max(array.itemsize, 1))
     with writer.open(name, "wb") as f:
-        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+        for lo in range(0, flat.shape[0], step):
+            f.write(flat[lo : lo + step].tobytes())
 
 
+#: Bytes written at once by :func:`_save_npy`.
+_SAVE_BYTES = 1 << 20
 #: Store-row windows (spill files open at once) of :func:`_distribute_node_rows`.
 _ROW_WINDOWS = 256
 
@@ -376,7 +389,9 @@ def write_partition_store(
     rows = max(1, min(chunk_size, _NODE_CHUNK_BYTES // row_bytes))
     edges = chunk_size
     if memory_budget is not None:
-        reserved = (40 + 2 * idt.itemsize) * n + 24 * (k * k + 2 * k) + 24 * h
+        # an on-disk graph's per-node arrays are work arrays (file pages), not its memory
+        per_node = 0 if graph.on_disk else 40 + 2 * idt.itemsize
+        reserved = per_node * n + 24 * (k * k + 2 * k) + 24 * h
         # node chunks: the gathered rows, their float32 copy and the output slice
         rows = rows_per_chunk(memory_budget, 3 * row_bytes + 32, reserved, cap=rows)
         edges = rows_per_chunk(memory_budget, _EDGE_BYTES, reserved, cap=chunk_size)
@@ -385,10 +400,24 @@ def write_partition_store(
     sizes = np.bincount(part_np, minlength=k).astype(np.int64)
     part_ptr = np.zeros(k + 1, dtype=np.int64)
     np.cumsum(sizes, out=part_ptr[1:])
-    node_ids = np.argsort(part_np, kind="stable").astype(idt)
-    store_of = np.empty(n, dtype=idt)
-    store_of[node_ids] = np.arange(n, dtype=idt)
-    is_hub = np.zeros(n, dtype=bool)
+    # Per-node arrays: memory-mapped work files next to the store for a graph on disk
+    # (file pages the kernel may reclaim), plain arrays for a graph in memory; filled a
+    # chunk of nodes at a time (a stable counting sort by partition).
+    work = tempfile.TemporaryDirectory(
+        prefix=".work-", dir=os.path.dirname(os.path.abspath(writer.directory))
+    )
+    arrays = WorkArrays(work.name if graph.on_disk else None)
+    node_rows = edges if memory_budget is None else rows_per_chunk(memory_budget, _NODE_SORT_BYTES)
+    node_ids = arrays.empty("node-ids", n, idt)
+    cursor = part_ptr[:-1].copy()
+    for lo in range(0, n, node_rows):
+        hi = min(n, lo + node_rows)
+        scatter_by_key(part_np[lo:hi], cursor, node_ids, np.arange(lo, hi, dtype=idt))
+    store_of = arrays.empty("store-of", n, idt)
+    for lo in range(0, n, node_rows):
+        hi = min(n, lo + node_rows)
+        store_of[node_ids[lo:hi]] = np.arange(lo, hi, dtype=idt)
+    is_hub = arrays.empty("is-hub", n, np.bool_)
     is_hub[hub_np] = True
     hub_store = store_of[hub_np]
 
@@ -437,7 +466,7 @@ def write_partition_store(
     cnt_pp = np.zeros(k * k, dtype=np.int64)
     cnt_hp = np.zeros(2 * k, dtype=np.int64)
     num_hh = 0
-    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr = arrays.empty("csc-indptr", n + 1, np.int64)
 
     def chunks() -> Any:
         for src, dst in graph.edge_chunks(edges):
@@ -485,7 +514,9 @@ def write_partition_store(
             passes = max(1, -(-out_bytes // max(memory_budget, 1)))
         for p in range(passes):
             cur_pp, cur_hp = edge_ptr[:-1].copy(), hub_edge_ptr[:-1].copy()
-            cur_csc = indptr[:-1].copy()
+            cur_csc = arrays.empty("csc-cursor", n, np.int64)
+            for lo in range(0, n, node_rows):
+                cur_csc[lo : lo + node_rows] = indptr[lo : min(n, lo + node_rows)]
             hh_at = 0
 
             def window(name: str, p: int = p) -> tuple[int, int] | None:
@@ -515,7 +546,7 @@ def write_partition_store(
         if (
             not np.array_equal(cur_pp, edge_ptr[1:])
             or not np.array_equal(cur_hp, hub_edge_ptr[1:])
-            or not np.array_equal(cur_csc, indptr[1:])
+            or not _equal_in_chunks(cur_csc, indptr[1:], node_rows)
             or hh_at != num_hh
         ):
             raise RuntimeError(
@@ -523,6 +554,7 @@ def write_partition_store(
                 f"passes over it disagree); do not modify the graph during the build."
             )
         _flush(out)
+    work.cleanup()
 
     return {
         "format": STORE_FORMAT,
@@ -545,6 +577,13 @@ def write_partition_store(
         "memory_budget": memory_budget,
         "build_seconds": round(time.perf_counter() - start, 3),
     }
+
+
+def _equal_in_chunks(a: np.ndarray, b: np.ndarray, rows: int) -> bool:
+    """``numpy.array_equal`` of two equally long 1-D arrays, ``rows`` entries at a time."""
+    return len(a) == len(b) and all(
+        np.array_equal(a[lo : lo + rows], b[lo : lo + rows]) for lo in range(0, len(a), rows)
+    )
 
 
 def _flush(arrays: dict[str, np.ndarray]) -> None:
