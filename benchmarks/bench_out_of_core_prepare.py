@@ -81,7 +81,7 @@ def worker_write(args: argparse.Namespace) -> dict[str, Any]:
         num_features=args.features,
         num_classes=classes,
         index_dtype="int32",
-        feature_dtype="float16",
+        feature_dtype=getattr(args, "feature_dtype", "float16"),
         overwrite=True,
     ) as writer:
         for lo in range(0, n, block):
@@ -89,7 +89,7 @@ def worker_write(args: argparse.Namespace) -> dict[str, Any]:
             ids = np.arange(lo, hi)
             label = (ids // community) % classes
             x = centers[label] + 2.0 * rng.standard_normal((hi - lo, args.features), np.float32)
-            writer.write_features(lo, x.astype(np.float16))
+            writer.write_features(lo, x.astype(getattr(args, "feature_dtype", "float16")))
             writer.write_labels(lo, label.astype(np.int64))
             u = rng.random(hi - lo)
             writer.write_masks(lo, u < args.train_ratio, (u >= 0.9) & (u < 0.91), u >= 0.99)
@@ -346,6 +346,8 @@ def worker_cmd(args: argparse.Namespace, step: str, root: str, work: str, out: s
         str(args.train_ratio),
         "--seed",
         str(args.seed),
+        "--feature-dtype",
+        getattr(args, "feature_dtype", "float16"),
     ]
 
 
@@ -377,6 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--feature-dtype", default="float16", choices=["float16", "float32"])
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--root", default=None, help=argparse.SUPPRESS)
     p.add_argument("--work", default=None, help=argparse.SUPPRESS)

@@ -29,7 +29,8 @@ def test_edge_chunks_cover_the_edges_in_order(tmp_path, chunk) -> None:
     edges = np.arange(20, dtype=np.int32).reshape(2, 10)
     np.save(tmp_path / "e.npy", edges)
     mapped = np.load(tmp_path / "e.npy", mmap_mode="r")
-    got = list(edge_chunks(mapped, chunk, np.int64))
+    # each chunk is read into one reused buffer: copies outlive the iteration
+    got = [(start, s.copy(), d.copy()) for start, s, d in edge_chunks(mapped, chunk, np.int64)]
     assert [start for start, _, _ in got] == list(range(0, 10, chunk))
     assert np.array_equal(np.concatenate([s for _, s, _ in got]), edges[0])
     assert np.array_equal(np.concatenate([d for _, _, d in got]), edges[1])
