@@ -56,7 +56,8 @@ order, so the passes read their per-node arrays sequentially and the high-degree
 they look up most share a few cache lines). :func:`gap_partition` holds the adjacency
 in memory: ``O(|V| + |E|)`` (int32 ids), plus ``O(k (L + 1))`` for the heaps.
 :func:`gap_partition_on_disk`, like the thesis's out-of-core streaming version, keeps
-only ``O(|V| + k (L + 1))`` state and chunks of a memory budget in memory: it builds
+its ``O(|V|)`` state in memory-mapped work files and only ``O(k (L + 1))`` state and
+chunks of a memory budget in memory: it builds
 the same adjacency by a chunked counting sort into memory-mapped files and streams it
 through the same passes, so it returns the same partition. Everything runs on the CPU
 (inputs on another device are copied) and one core.
@@ -521,11 +522,15 @@ def gap_partition_on_disk(
     memory_budget: int | None = None,
     workdir: str | None = None,
 ) -> np.ndarray:
-    """:func:`gap_partition` of a graph kept on disk, in memory bounded by its nodes.
+    """:func:`gap_partition` of a graph kept on disk, in memory bounded by a budget.
 
     Returns exactly what :func:`gap_partition` returns on the same arrays (as a NumPy
-    array), holding in memory only ``O(N + k (L + 1))`` state (about 60 bytes per node)
-    and chunk buffers of at most ``memory_budget`` bytes:
+    array, memory-mapped), holding in memory only ``O(k (L + 1))`` state and chunk
+    buffers of about ``memory_budget`` bytes. The ``O(N)`` state (degrees, offsets,
+    strata, the stream order, ranks and the assignment; about 60 bytes per node) lives
+    in memory-mapped work files under ``workdir``
+    (:class:`~lightgraph.utilities.arrays.WorkArrays`): file pages the kernel reclaims
+    under a memory limit. The stream order is a counting sort by degree.
 
     1. degrees: one pass over ``edge_index`` in chunks;
     2. the deduplicated undirected adjacency, built window by window: a window is a
@@ -585,7 +590,7 @@ def gap_partition_on_disk(
         stratum, strata_sizes = _strata_chunked(owner, y, train_mask, num_nodes, budget, arrays)
         if num_parts == 1:
             _check_edge_ids(owner, edge_index, num_nodes, budget)
-            return np.zeros(num_nodes, np.int64)
+            return arrays.empty("part", num_nodes, np.int64)  # zeros
         indptr, adjacency, nnz = _undirected_csr_on_disk(
             owner, edge_index, num_nodes, budget, os.path.join(work, "adjacency.npy"), arrays
         )
