@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 BUDGET = 16 << 20
-SIZES = (100_000, 400_000)
+SIZES = (50_000, 200_000)
 
 CHILD = textwrap.dedent(
     """
