@@ -75,7 +75,7 @@ class WorkArrays:
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
 
-    def empty(self, name: str, length: int, dtype: Any, fill: Any = None) -> np.ndarray:
+    def zeros(self, name: str, length: int, dtype: Any, fill: Any = None) -> np.ndarray:
         """A new ``[length]`` array of ``dtype`` (zeros, or ``fill`` everywhere)."""
         dtype = np.dtype(dtype)
         if self.directory is None:
@@ -93,7 +93,7 @@ class WorkArrays:
 
     def arange(self, name: str, length: int, dtype: Any) -> np.ndarray:
         """``numpy.arange(length)`` as a work array, written in chunks."""
-        array = self.empty(name, length, dtype)
+        array = self.zeros(name, length, dtype)
         for lo in range(0, length, _FILL_ROWS):
             hi = min(length, lo + _FILL_ROWS)
             array[lo:hi] = np.arange(lo, hi, dtype=array.dtype)

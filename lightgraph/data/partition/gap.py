@@ -284,8 +284,8 @@ def _max_degree(indptr):  # type: ignore[no-untyped-def]
 
 def _order_by_degree(indptr, perm, buckets, order):  # type: ignore[no-untyped-def]
     """The nodes of ``perm`` by decreasing degree, in ``perm``'s order within a degree (a
-    stable counting sort: :func:`_stream_order`'s ``argsort(-degree[perm], "stable")``
-    in ``O(N + max degree)``); ``buckets`` is zeroed scratch of ``max degree + 2``."""
+    stable counting sort: ``argsort(-degree[perm], "stable")`` in ``O(N + max
+    degree)``); ``buckets`` is zeroed scratch of ``max degree + 2``."""
     top = buckets.shape[0] - 2
     for v in range(perm.shape[0]):
         buckets[top - (indptr[v + 1] - indptr[v]) + 1] += 1
@@ -497,7 +497,7 @@ def gap_partition(
     scratch = np.empty(2 * ei.shape[1], id_dtype_for(num_nodes))
     indptr, indices = _undirected_csr(ei[0], ei[1], num_nodes, scratch)
     num_edges = max(int(indptr[-1]) // 2, 1)
-    order = _stream_order(indptr, seed)
+    order = _stream_order(indptr, seed, WorkArrays(None))
     rank = np.empty(num_nodes, indices.dtype)
     indptr, indices = _relabel(indptr, indices, order, rank, np.empty_like(indices))
     del rank, scratch
@@ -590,29 +590,29 @@ def gap_partition_on_disk(
         stratum, strata_sizes = _strata_chunked(owner, y, train_mask, num_nodes, budget, arrays)
         if num_parts == 1:
             _check_edge_ids(owner, edge_index, num_nodes, budget)
-            return arrays.empty("part", num_nodes, np.int64)  # zeros
+            return arrays.zeros("part", num_nodes, np.int64)  # zeros
         indptr, adjacency, nnz = _undirected_csr_on_disk(
             owner, edge_index, num_nodes, budget, os.path.join(work, "adjacency.npy"), arrays
         )
-        order = _stream_order_on_disk(indptr, seed, arrays)
-        rank = arrays.empty("rank", num_nodes, adjacency.dtype)
+        order = _stream_order(indptr, seed, arrays)
+        rank = arrays.zeros("rank", num_nodes, adjacency.dtype)
         renamed = open_memmap(
             os.path.join(work, "renamed.npy"), "w+", adjacency.dtype, (max(nnz, 1),)
         )
         slots = max(1, budget // (2 * adjacency.dtype.itemsize))  # buffer + scan pages
-        new_indptr = arrays.empty("renamed-indptr", num_nodes + 1, np.int64)
+        new_indptr = arrays.zeros("renamed-indptr", num_nodes + 1, np.int64)
         indptr, indices = _relabel_on_disk(
             indptr, adjacency[:nnz], order, rank, renamed, slots, new_indptr
         )
         del rank, adjacency
         os.remove(os.path.join(work, "adjacency.npy"))
-        ordered = arrays.empty("ordered-stratum", num_nodes, stratum.dtype)
+        ordered = arrays.zeros("ordered-stratum", num_nodes, stratum.dtype)
         _gather(stratum, order, ordered)
         del stratum
-        ranked = arrays.empty("ranked", num_nodes, np.int32, fill=-1)
+        ranked = arrays.zeros("ranked", num_nodes, np.int32, fill=-1)
         part = _assign(
             indptr, indices, ordered, strata_sizes, order, max(nnz // 2, 1), num_parts,
-            passes, balance, slack, ranked=ranked, part=arrays.empty("part", num_nodes, np.int64),
+            passes, balance, slack, ranked=ranked, part=arrays.zeros("part", num_nodes, np.int64),
         )  # fmt: skip
         del indices, renamed
     finally:
@@ -638,22 +638,16 @@ def _check_options(
     return num_parts, passes, seed, balance, float(slack)
 
 
-def _stream_order(indptr: np.ndarray, seed: int) -> np.ndarray:
-    """Nodes by decreasing degree, ties in a seeded random order."""
-    degree = np.diff(indptr)
-    perm = np.random.default_rng(seed).permutation(len(degree))
-    return perm[np.argsort(-degree[perm], kind="stable")]
-
-
-def _stream_order_on_disk(indptr: np.ndarray, seed: int, arrays: WorkArrays) -> np.ndarray:
-    """:func:`_stream_order` in work arrays (a counting sort by degree: the same order)."""
+def _stream_order(indptr: np.ndarray, seed: int, arrays: WorkArrays) -> np.ndarray:
+    """Nodes by decreasing degree, ties in a seeded random order (a counting sort by
+    degree over a seeded permutation), in ``arrays``."""
     num_nodes = len(indptr) - 1
     perm = arrays.arange("permutation", num_nodes, id_dtype_for(num_nodes))
     # Generator.permutation(n) is arange(n) shuffled; the shuffle draws the same numbers
     # whatever the dtype. A plain ndarray view takes NumPy's in-place fast path.
     np.random.default_rng(seed).shuffle(perm.view(np.ndarray))
-    buckets = arrays.empty("degree-buckets", int(_max_degree(indptr)) + 2, np.int64)
-    order = arrays.empty("order", num_nodes, id_dtype_for(num_nodes))
+    buckets = arrays.zeros("degree-buckets", int(_max_degree(indptr)) + 2, np.int64)
+    order = arrays.zeros("order", num_nodes, id_dtype_for(num_nodes))
     _order_by_degree(indptr, perm, buckets, order)
     return order
 
@@ -707,15 +701,15 @@ def _undirected_csr_on_disk(
     chunk = max(1, budget // 4 // (2 * edge_index.dtype.itemsize))
     window = max(1, budget // 2 // id_dtype.itemsize)
     window_nodes = max(1, budget // 8 // 8)
-    indptr = arrays.empty("degrees", num_nodes + 1, np.int64)
+    indptr = arrays.zeros("degrees", num_nodes + 1, np.int64)
     for start, row, col in edge_chunks(edge_index, chunk):
         check_edge_ids(owner, start, row, col, num_nodes)  # before the kernel indexes them
         _csr_count(row, col, indptr)
     np.cumsum(indptr, out=indptr)
 
     adjacency = open_memmap(path, "w+", id_dtype, (max(int(indptr[-1]), 1),))
-    new_indptr = arrays.empty("indptr", num_nodes + 1, np.int64)
-    mark = arrays.empty("mark", num_nodes, id_dtype, fill=-1)
+    new_indptr = arrays.zeros("indptr", num_nodes + 1, np.int64)
+    mark = arrays.zeros("mark", num_nodes, id_dtype, fill=-1)
     first = nnz = 0
     while first < num_nodes:
         fits = int(np.searchsorted(indptr, indptr[first] + window, side="right")) - 1
@@ -810,7 +804,7 @@ def _strata_chunked(
     classes = torch.empty(0, dtype=torch.long)
     for _, _, labels in chunks():
         classes = torch.unique(torch.cat([classes, labels]))
-    stratum = arrays.empty("stratum", num_nodes, np.int32)
+    stratum = arrays.zeros("stratum", num_nodes, np.int32)
     sizes = torch.zeros(classes.numel() + 1, dtype=torch.long)
     for start, mask, labels in chunks():
         block = torch.full((mask.numel(),), classes.numel(), dtype=torch.int32)

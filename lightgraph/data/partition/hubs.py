@@ -244,31 +244,18 @@ def select_hubs_on_disk(
     if exclude is not None:
         exclude = check_bool_mask(owner, "exclude", exclude, num_nodes, copy=False)
     budget = check_memory_budget(owner, memory_budget)
-    return _top_windowed(scores, fraction, exclude, _node_rows(budget))
+    return _top(scores, fraction, exclude, _node_rows(budget))
 
 
-def _top(scores: np.ndarray, fraction: float, excluded: np.ndarray | None) -> np.ndarray:
-    """The ``ceil(fraction * N)`` best nodes not ``excluded``, ``int64``, increasing."""
-    num_nodes = len(scores)
-    count = min(math.ceil(round(fraction * num_nodes, 9)), num_nodes)
-    if excluded is not None:
-        scores = np.where(excluded, -np.inf, scores)
-        count = min(count, num_nodes - int(excluded.sum()))
-    if count == 0:
-        return np.empty(0, np.int64)
-    # Stable sort of -score: the highest scores first, ties by node id.
-    top = np.argsort(-scores, kind="stable")[:count]
-    return np.sort(top).astype(np.int64)
-
-
-def _top_windowed(
-    scores: np.ndarray, fraction: float, excluded: np.ndarray | None, rows: int
+def _top(
+    scores: np.ndarray, fraction: float, excluded: np.ndarray | None, rows: int | None = None
 ) -> np.ndarray:
-    """:func:`_top` reading ``scores`` (and ``excluded``) ``rows`` nodes at a time: the best
-    nodes so far and one window are ranked together, so memory is the hubs plus a
-    window, whatever the node count. The same nodes as :func:`_top`: both order by
-    (score descending, id ascending)."""
+    """The ``ceil(fraction * N)`` best nodes not ``excluded`` (highest score first, ties:
+    the smaller id), ``int64``, increasing. ``scores`` (and ``excluded``) are read
+    ``rows`` nodes at a time (default: all at once): the best nodes so far and one window
+    are ranked together, so memory is the hubs plus a window, whatever the node count."""
     num_nodes = len(scores)
+    rows = max(1, num_nodes if rows is None else rows)
     count = min(math.ceil(round(fraction * num_nodes, 9)), num_nodes)
     if excluded is not None:
         num_excluded = sum(
@@ -374,10 +361,10 @@ def _scores_on_disk(
     starts = indptr if indptr.dtype == np.int64 else _as_int64(indptr, rows, workdir)
 
     arrays = WorkArrays(workdir)
-    weight = arrays.empty("hub-weight", num_nodes, np.float64)
-    stay = arrays.empty("hub-stay", num_nodes, np.float64)
-    score = arrays.empty("hub-score", num_nodes, np.float64)
-    step = arrays.empty("hub-step", num_nodes, np.float64)
+    weight = arrays.zeros("hub-weight", num_nodes, np.float64)
+    stay = arrays.zeros("hub-stay", num_nodes, np.float64)
+    score = arrays.zeros("hub-score", num_nodes, np.float64)
+    step = arrays.zeros("hub-step", num_nodes, np.float64)
     for lo in range(0, num_nodes, rows):
         hi = min(num_nodes, lo + rows)
         in_degree = np.diff(starts[lo : hi + 1]).astype(np.float64)
@@ -426,7 +413,7 @@ def _decreases(indptr: np.ndarray, rows: int) -> bool:
 
 def _as_int64(indptr: np.ndarray, rows: int, workdir: str | None) -> np.ndarray:
     """``indptr`` as ``int64`` (a work array), copied ``rows`` entries at a time."""
-    out = WorkArrays(workdir).empty("hub-indptr", len(indptr), np.int64)
+    out = WorkArrays(workdir).zeros("hub-indptr", len(indptr), np.int64)
     for lo in range(0, len(indptr), rows):
         out[lo : lo + rows] = indptr[lo : lo + rows]
     return out

@@ -73,7 +73,7 @@ class StageRecord:
     peak_rss: int | None
     peak_is_stage: bool
     resumed: bool = False
-    #: The stage's peak anonymous memory (``RssAnon``, sampled every
+    #: The stage's peak anonymous memory (``RssAnon + RssShmem``, sampled every
     #: :data:`SAMPLE_SECONDS`) above what the process held when the stage began: the
     #: memory the stage itself took and the kernel cannot reclaim (mapped file pages,
     #: which it can, are not in it). ``None`` where unknown.
@@ -136,8 +136,9 @@ def _returned_heap() -> Iterator[None]:
 
 
 class AnonymousPeak:
-    """Sample the process's anonymous resident memory (``RssAnon``) in a thread while the
-    ``with`` block runs; :attr:`added` is the peak above the reading at entry (``None``
+    """Sample the process's resident memory the kernel cannot reclaim
+    (:func:`~lightgraph.utilities.memory.resident_memory`: anonymous and shared) in a
+    thread while the ``with`` block runs; :attr:`added` is the peak above the reading at entry (``None``
     off Linux). Sampling can miss a spike shorter than :data:`SAMPLE_SECONDS`."""
 
     def __init__(self, interval: float = SAMPLE_SECONDS) -> None:
@@ -149,13 +150,13 @@ class AnonymousPeak:
 
     def _poll(self) -> None:
         while not self._done.wait(self.interval):
-            now = _status("RssAnon")
+            now = resident_memory() or None
             if now is not None and (self.peak is None or now > self.peak):
                 self.peak = now
 
     def __enter__(self) -> AnonymousPeak:
         _release_free_heap()  # memory freed earlier would otherwise hide the stage's use
-        self.start = self.peak = _status("RssAnon")
+        self.start = self.peak = resident_memory() or None
         if self.start is not None:
             self._thread = threading.Thread(target=self._poll, daemon=True)
             self._thread.start()
@@ -165,7 +166,7 @@ class AnonymousPeak:
         self._done.set()
         if self._thread is not None:
             self._thread.join()
-        now = _status("RssAnon")
+        now = resident_memory() or None
         if now is not None and self.peak is not None:
             self.peak = max(self.peak, now)
 

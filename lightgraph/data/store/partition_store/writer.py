@@ -403,21 +403,25 @@ def write_partition_store(
     # Per-node arrays: memory-mapped work files next to the store for a graph on disk
     # (file pages the kernel may reclaim), plain arrays for a graph in memory; filled a
     # chunk of nodes at a time (a stable counting sort by partition).
-    work = tempfile.TemporaryDirectory(
-        prefix=".work-", dir=os.path.dirname(os.path.abspath(writer.directory))
+    work = (
+        tempfile.TemporaryDirectory(
+            prefix=".work-", dir=os.path.dirname(os.path.abspath(writer.directory))
+        )
+        if graph.on_disk
+        else None
     )
-    arrays = WorkArrays(work.name if graph.on_disk else None)
+    arrays = WorkArrays(None if work is None else work.name)
     node_rows = edges if memory_budget is None else rows_per_chunk(memory_budget, _NODE_SORT_BYTES)
-    node_ids = arrays.empty("node-ids", n, idt)
+    node_ids = arrays.zeros("node-ids", n, idt)
     cursor = part_ptr[:-1].copy()
     for lo in range(0, n, node_rows):
         hi = min(n, lo + node_rows)
         scatter_by_key(part_np[lo:hi], cursor, node_ids, np.arange(lo, hi, dtype=idt))
-    store_of = arrays.empty("store-of", n, idt)
+    store_of = arrays.zeros("store-of", n, idt)
     for lo in range(0, n, node_rows):
         hi = min(n, lo + node_rows)
         store_of[node_ids[lo:hi]] = np.arange(lo, hi, dtype=idt)
-    is_hub = arrays.empty("is-hub", n, np.bool_)
+    is_hub = arrays.zeros("is-hub", n, np.bool_)
     is_hub[hub_np] = True
     hub_store = store_of[hub_np]
 
@@ -466,7 +470,7 @@ def write_partition_store(
     cnt_pp = np.zeros(k * k, dtype=np.int64)
     cnt_hp = np.zeros(2 * k, dtype=np.int64)
     num_hh = 0
-    indptr = arrays.empty("csc-indptr", n + 1, np.int64)
+    indptr = arrays.zeros("csc-indptr", n + 1, np.int64)
 
     def chunks() -> Any:
         for src, dst in graph.edge_chunks(edges):
@@ -512,9 +516,9 @@ def write_partition_store(
         passes = 1
         if graph.on_disk and memory_budget is not None:
             passes = max(1, -(-out_bytes // max(memory_budget, 1)))
+        cur_csc = arrays.zeros("csc-cursor", n, np.int64)
         for p in range(passes):
             cur_pp, cur_hp = edge_ptr[:-1].copy(), hub_edge_ptr[:-1].copy()
-            cur_csc = arrays.empty("csc-cursor", n, np.int64)
             for lo in range(0, n, node_rows):
                 cur_csc[lo : lo + node_rows] = indptr[lo : min(n, lo + node_rows)]
             hh_at = 0
@@ -554,7 +558,8 @@ def write_partition_store(
                 f"passes over it disagree); do not modify the graph during the build."
             )
         _flush(out)
-    work.cleanup()
+    if work is not None:
+        work.cleanup()
 
     return {
         "format": STORE_FORMAT,
