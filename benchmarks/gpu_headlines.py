@@ -132,6 +132,11 @@ def device_sync(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
+#: Set by :func:`headline` for a small run on the CPU (``gpu_check.py --cpu``, as in the
+#: suite): :func:`median_time` then makes at most one warm-up and two timed rounds.
+_QUICK = False
+
+
 def median_time(
     fns: Sequence[Callable[[], Any]],
     reps: int,
@@ -149,6 +154,8 @@ def median_time(
     """
     if reps < 1:
         raise ValueError(f"median_time: expected `reps` >= 1 but got {reps}.")
+    if _QUICK:  # the small CPU mode: the timed loops only show that they run
+        warmup, reps = min(warmup, 1), min(reps, 2)
     times: list[list[float]] = [[] for _ in fns]
     started = None
     for rnd in range(warmup + reps):
@@ -198,7 +205,9 @@ def headline(fn: Headline) -> Headline:
 
     @functools.wraps(fn)
     def run(device: torch.device, small: bool) -> Result:
+        global _QUICK
         device = torch.device(device)
+        _QUICK = small and device.type == "cpu"
         tic = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

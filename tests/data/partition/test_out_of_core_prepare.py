@@ -363,19 +363,25 @@ def test_node_rows_distributed_over_many_windows_give_the_same_store(tmp_path, m
     assert len(calls) == 1 and calls[0][1] >= 3  # several windows of store rows (600 nodes)
     ignore = ("build_seconds", "build_stages", "chunk_size")  # the chunk: a build detail
     assert _store_files(disk.directory, ignore) == _store_files(memory.directory, ignore)
-    # a budget of 4 KiB: the edge outputs are written in many windows, one pass each
-    scatters = []
-    real_scatter = writer.scatter_by_key
+    # a budget of 4 KiB: the edge outputs go through many spill windows, and with at most
+    # 4 spill files open at once, through several passes over the edges
+    from lightgraph.utilities import spill
 
-    def count_windows(keys, cursor, out, values, window=None):
-        scatters.append(window)
-        return real_scatter(keys, cursor, out, values, window)
+    windows = []
+    real_windows = spill.KeyedSpill.windows
 
-    monkeypatch.setattr(writer, "scatter_by_key", count_windows)
+    def count_windows(self, p, owner="KeyedSpill"):
+        for first, stop, values in real_windows(self, p, owner):
+            windows.append((self.name, p, first))
+            yield first, stop, values
+
+    monkeypatch.setattr(spill, "MAX_OPEN_FILES", 4)
+    monkeypatch.setattr(spill.KeyedSpill, "windows", count_windows)
     tiny = build_store(
         on_disk, cache_dir=str(tmp_path / "tiny"), **{**kw, "memory_budget": 4 * KIB}
     )
-    assert len({w for w in scatters if w is not None}) > 10
+    assert len({w for w in windows if w[0] == "csc"}) > 10
+    assert max(p for _, p, _ in windows) >= 2
     files, ref = _store_files(tiny.directory), _store_files(memory.directory)
     assert files["files"] == ref["files"]
 

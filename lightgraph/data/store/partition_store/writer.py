@@ -70,7 +70,8 @@ from lightgraph.data.store.partition_store.layout import (
 from lightgraph.data.store.partition_store.reader import PartitionStore
 from lightgraph.utilities.arrays import WorkArrays, edge_chunks, id_dtype_for, new_npy
 from lightgraph.utilities.checks import check_bool, check_int, check_type, describe
-from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
+from lightgraph.utilities.memory import check_memory_budget, default_memory_budget, rows_per_chunk
+from lightgraph.utilities.spill import KeyedSpill
 
 #: Default edges (or node rows, capped at 64 MiB) per chunk of the streaming build.
 DEFAULT_CHUNK_SIZE = 1 << 20
@@ -509,34 +510,45 @@ def write_partition_store(
             HUB_HUB_EDGES_FILE: new_npy(paths[HUB_HUB_EDGES_FILE], idt, (num_hh, 2)),
             CSC_INDICES_FILE: new_npy(paths[CSC_INDICES_FILE], idt, (num_edges,)),
         }
-        # An on-disk graph's outputs are written in `passes` windows of their positions,
-        # each pass reading the edges again: random writes to memory-mapped files larger
-        # than the page cache otherwise re-read (and rewrite) read-ahead windows.
-        out_bytes = sum(int(a.nbytes) for a in out.values())
+        # An on-disk graph's bucketed outputs go through spill files (a distribution sort:
+        # one pass over the edges, sequential writes; KeyedSpill): random writes to
+        # memory-mapped files larger than the page cache would re-read and rewrite
+        # read-ahead windows. A graph in memory is scattered straight into them.
+        spills: dict[str, KeyedSpill] = {}
         passes = 1
-        if graph.on_disk and memory_budget is not None:
-            passes = max(1, -(-out_bytes // max(memory_budget, 1)))
-        cur_csc = arrays.zeros("csc-cursor", n, np.int64)
+        spill_dir = None
+        if graph.on_disk:
+            spill_dir = tempfile.TemporaryDirectory(
+                prefix=".edges-", dir=os.path.dirname(os.path.abspath(paths[EDGES_FILE]))
+            )
+            window_bytes = memory_budget if memory_budget is not None else default_memory_budget()
+            spills = {
+                EDGES_FILE: KeyedSpill(edge_ptr, idt, (2,), spill_dir.name, window_bytes, "pp"),
+                HUB_EDGES_FILE: KeyedSpill(
+                    hub_edge_ptr, idt, (2,), spill_dir.name, window_bytes, "hp"
+                ),
+                CSC_INDICES_FILE: KeyedSpill(indptr, idt, (), spill_dir.name, window_bytes, "csc"),
+            }
+            passes = max(spill.passes for spill in spills.values())
+        cur_pp, cur_hp = edge_ptr[:-1].copy(), hub_edge_ptr[:-1].copy()
+        cur_csc = None if graph.on_disk else indptr[:-1].copy()
+
+        def put(p: int, name: str, keys: np.ndarray, cursor: Any, values: np.ndarray) -> None:
+            if name not in spills:
+                scatter_by_key(keys, cursor, out[name], values)
+            elif p < spills[name].passes:
+                spills[name].add(p, keys, values)
+
+        hh_at = 0
         for p in range(passes):
-            cur_pp, cur_hp = edge_ptr[:-1].copy(), hub_edge_ptr[:-1].copy()
-            for lo in range(0, n, node_rows):
-                cur_csc[lo : lo + node_rows] = indptr[lo : min(n, lo + node_rows)]
             hh_at = 0
-
-            def window(name: str, p: int = p) -> tuple[int, int] | None:
-                if passes == 1:
-                    return None
-                size = out[name].shape[0]
-                return (p * size // passes, (p + 1) * size // passes)
-
             for src, dst, hs, pp, hp, hh, hub_key in chunks():
                 s_store, d_store = store_of[src], store_of[dst]
                 pair = np.stack([s_store[pp], d_store[pp]], 1)
-                key = part_np[src[pp]] * k + part_np[dst[pp]]
-                scatter_by_key(key, cur_pp, out[EDGES_FILE], pair, window(EDGES_FILE))
+                put(p, EDGES_FILE, part_np[src[pp]] * k + part_np[dst[pp]], cur_pp, pair)
                 hub_end, other = np.where(hs, src, dst)[hp], np.where(hs, d_store, s_store)[hp]
                 pair = np.stack([np.searchsorted(hub_np, hub_end).astype(idt), other], 1)
-                scatter_by_key(hub_key, cur_hp, out[HUB_EDGES_FILE], pair, window(HUB_EDGES_FILE))
+                put(p, HUB_EDGES_FILE, hub_key, cur_hp, pair)
                 m_hh = int(hh.sum())
                 if p == 0:  # appended in edge order: sequential, written once
                     pair = np.stack(
@@ -544,14 +556,20 @@ def write_partition_store(
                     )
                     out[HUB_HUB_EDGES_FILE][hh_at : hh_at + m_hh] = pair
                 hh_at += m_hh
-                scatter_by_key(
-                    d_store, cur_csc, out[CSC_INDICES_FILE], s_store, window(CSC_INDICES_FILE)
-                )
-        if (
-            not np.array_equal(cur_pp, edge_ptr[1:])
-            or not np.array_equal(cur_hp, hub_edge_ptr[1:])
-            or not _equal_in_chunks(cur_csc, indptr[1:], node_rows)
-            or hh_at != num_hh
+                put(p, CSC_INDICES_FILE, d_store, cur_csc, s_store)
+            for name, spill in spills.items():
+                if p < spill.passes:
+                    for first, stop, values in spill.windows(p, owner):
+                        out[name][int(spill.ptr[first]) : int(spill.ptr[stop])] = values
+        if spill_dir is not None:
+            spill_dir.cleanup()
+        if hh_at != num_hh or (
+            not graph.on_disk
+            and (
+                not np.array_equal(cur_pp, edge_ptr[1:])
+                or not np.array_equal(cur_hp, hub_edge_ptr[1:])
+                or not np.array_equal(cur_csc, indptr[1:])
+            )
         ):
             raise RuntimeError(
                 f"{owner}: `data.edge_index` changed while the store was written (the two "
@@ -582,13 +600,6 @@ def write_partition_store(
         "memory_budget": memory_budget,
         "build_seconds": round(time.perf_counter() - start, 3),
     }
-
-
-def _equal_in_chunks(a: np.ndarray, b: np.ndarray, rows: int) -> bool:
-    """``numpy.array_equal`` of two equally long 1-D arrays, ``rows`` entries at a time."""
-    return len(a) == len(b) and all(
-        np.array_equal(a[lo : lo + rows], b[lo : lo + rows]) for lo in range(0, len(a), rows)
-    )
 
 
 def _flush(arrays: dict[str, np.ndarray]) -> None:

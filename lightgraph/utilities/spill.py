@@ -1,0 +1,200 @@
+"""A stable counting sort out of core: records spilled to files by windows of keys.
+
+A counting sort whose output is larger than memory writes every chunk of its input at
+positions all over the output; on a memory-mapped file under a memory limit every such
+write faults in (and later writes back) a read-ahead window of the file, and cutting the
+output into windows with one pass over the input per window costs ``output / budget``
+passes. :class:`KeyedSpill` makes it a fixed number of sequential passes instead (a
+distribution sort): every record is appended, in input order, to the spill file of its
+window of keys (runs of consecutive keys whose output fits the budget); then each window's
+file is read once, its records placed by key in memory (stably: the input order within
+a key is kept) and handed out as one contiguous slice of the output, in key order.
+
+The partition-store writer (edge buckets, the store's CSC) and GAP's out-of-core
+adjacency (the undirected node lists, their renaming) share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["KeyedSpill"]
+
+#: Spill files one :class:`KeyedSpill` keeps open at once (windows beyond take more passes).
+MAX_OPEN_FILES = 256
+
+_place_kernel: Any = None
+_lock = threading.Lock()
+
+
+def _place(keys, values, cursor, out):  # type: ignore[no-untyped-def]
+    """``out[cursor[keys[i]], :] = values[i, :]``, advancing the cursor (a stable scatter)."""
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        j = cursor[k]
+        for c in range(values.shape[1]):
+            out[j, c] = values[i, c]
+        cursor[k] = j + 1
+
+
+def _placer():  # type: ignore[no-untyped-def]
+    global _place_kernel
+    if _place_kernel is None:
+        with _lock:
+            if _place_kernel is None:
+                import numba  # a core dependency (pyproject)
+
+                _place_kernel = numba.njit(cache=True, nogil=True)(_place)
+    return _place_kernel
+
+
+class KeyedSpill:
+    """``out[ptr[k]:ptr[k + 1]]`` = the values of key ``k``, in the order they were added,
+    for every key, through spill files.
+
+    Use: call :meth:`add` with the chunks of the input (keys and values) for every pass
+    ``p`` in ``range(passes)``, in the same order each time, then :meth:`windows` of that
+    pass, which yields ``(first_key, stop_key, values)`` for consecutive windows of keys
+    (``values`` is the output slice ``ptr[first_key]:ptr[stop_key]``, in memory). With
+    at most :data:`MAX_OPEN_FILES` windows there is one pass: the input is read once,
+    the spill files are written once and read once.
+
+    Memory: one window (at most ``window_bytes``: its records, their placed values and
+    one cursor per key; a single key with more rows than that is a window of its own),
+    besides what :meth:`add` is given. Disk: the spilled records (key and value), removed
+    window by window.
+
+    Args:
+        ptr: ``int64 [K + 1]`` offsets of the keys' runs in the output (non-decreasing,
+            from 0; may be a memory map, read in pieces).
+        value_dtype, value_shape: what one output row holds (e.g. ``int32`` and ``(2,)``).
+        directory: an existing directory for the spill files (removed by :meth:`windows`
+            or :meth:`close`).
+        window_bytes: memory one window may use.
+        name: a prefix of the spill files' names.
+    """
+
+    def __init__(
+        self,
+        ptr: np.ndarray,
+        value_dtype: Any,
+        value_shape: tuple[int, ...],
+        directory: str,
+        window_bytes: int,
+        name: str = "spill",
+    ) -> None:
+        self.ptr = ptr
+        self.num_keys = int(len(ptr) - 1)
+        key_dtype = np.dtype(np.int32 if self.num_keys < 2**31 else np.int64)
+        self.value_dtype = np.dtype(value_dtype)
+        self.value_shape = tuple(value_shape)
+        self.record = np.dtype([("key", key_dtype), ("value", self.value_dtype, self.value_shape)])
+        value_bytes = self.value_dtype.itemsize * int(np.prod(self.value_shape, dtype=np.int64))
+        # a window's records, its keys as int64 and its placed values (plus headroom)
+        row_bytes = self.record.itemsize + 8 + value_bytes + 8
+        rows = max(1, window_bytes // 2 // row_bytes)
+        keys = max(1, window_bytes // 2 // 8)
+        bounds = [0]
+        while bounds[-1] < self.num_keys:
+            v = bounds[-1]
+            w = int(np.searchsorted(ptr, int(ptr[v]) + rows, side="right")) - 1
+            bounds.append(min(self.num_keys, v + keys, max(v + 1, w)))
+        self.bounds = np.asarray(bounds, np.int64)
+        self.starts = self.bounds[:-1]
+        self.num_windows = len(self.starts)
+        self.passes = max(1, -(-self.num_windows // MAX_OPEN_FILES))
+        self.directory = directory
+        self.name = name
+        self._files: list[Any] = []
+        self._pass = -1
+        self._stack = contextlib.ExitStack()
+
+    def _path(self, w: int) -> str:
+        return os.path.join(self.directory, f"{self.name}-{w}.bin")
+
+    def _group(self, p: int) -> tuple[int, int]:
+        return p * MAX_OPEN_FILES, min(self.num_windows, (p + 1) * MAX_OPEN_FILES)
+
+    def add(self, p: int, keys: np.ndarray, values: np.ndarray) -> None:
+        """Spill the records of one chunk of the input (``keys`` ``[m]`` in ``[0, K)``,
+        ``values`` ``[m, *value_shape]``) whose windows belong to pass ``p``."""
+        if self.num_windows == 0 or keys.size == 0:
+            return
+        if p != self._pass:
+            self._stack.close()
+            self._stack = contextlib.ExitStack()
+            first, last = self._group(p)
+            # unbuffered: each append is one write of a whole run; many windows, no buffers
+            self._files = [
+                self._stack.enter_context(open(self._path(w), "ab", buffering=0))
+                for w in range(first, last)
+            ]
+            self._pass = p
+        first, last = self._group(p)
+        window = np.searchsorted(self.starts, keys, side="right") - 1
+        if self.passes > 1:
+            keep = (window >= first) & (window < last)
+            keys, values, window = keys[keep], values[keep], window[keep]
+        # windows fit int16 (<= MAX_OPEN_FILES per pass): NumPy's stable sort is a radix sort
+        window = (window - first).astype(np.int16)
+        order = np.argsort(window, kind="stable")
+        records = np.empty(order.size, self.record)
+        records["key"] = keys[order]
+        records["value"] = values[order]
+        window = window[order]
+        cuts = (np.flatnonzero(window[1:] != window[:-1]) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, window.size], strict=True):
+            if b > a:
+                records[a:b].tofile(self._files[int(window[a])])
+
+    def windows(self, p: int, owner: str = "KeyedSpill") -> Iterator[tuple[int, int, np.ndarray]]:
+        """The windows of pass ``p``, in key order: ``(first_key, stop_key, values)``.
+
+        Raises:
+            RuntimeError: if a window's records are not as many as ``ptr`` says (the input
+                changed between the pass that counted it and this one).
+        """
+        self._stack.close()
+        self._files = []
+        place = _placer()
+        first, last = self._group(p)
+        for w in range(first, last):
+            v, stop = int(self.bounds[w]), int(self.bounds[w + 1])
+            lo, hi = int(self.ptr[v]), int(self.ptr[stop])
+            path = self._path(w)
+            records = (
+                np.fromfile(path, dtype=self.record)
+                if os.path.exists(path)
+                else np.empty(0, self.record)
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            if records.size != hi - lo:
+                raise RuntimeError(
+                    f"{owner}: the input changed between its passes (keys [{v}, {stop}) have "
+                    f"{hi - lo} rows by the count and {records.size} by the second pass); do "
+                    f"not modify the graph during the build."
+                )
+            out = np.empty((hi - lo, *self.value_shape), self.value_dtype)
+            if records.size:
+                cursor = np.asarray(self.ptr[v:stop], dtype=np.int64) - lo
+                keys = records["key"].astype(np.int64) - v
+                values = np.ascontiguousarray(records["value"])
+                del records
+                place(keys, values.reshape(values.shape[0], -1), cursor,
+                      out.reshape(out.shape[0], -1))  # fmt: skip
+                del keys, values, cursor
+            yield v, stop, out
+
+    def close(self) -> None:
+        """Close and remove whatever spill files are left (e.g. after an error)."""
+        self._stack.close()
+        for w in range(self.num_windows):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._path(w))

@@ -1,0 +1,69 @@
+"""KeyedSpill against NumPy's stable argsort (the counting sort it performs out of core)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from lightgraph.utilities import spill
+from lightgraph.utilities.spill import KeyedSpill
+
+
+def _sorted_by_spill(keys, values, num_keys, directory, window_bytes, chunk=97):
+    ptr = np.zeros(num_keys + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=num_keys), out=ptr[1:])
+    s = KeyedSpill(ptr, values.dtype, values.shape[1:], str(directory), window_bytes)
+    out = np.full_like(values, -1)
+    seen = []
+    for p in range(s.passes):
+        for lo in range(0, len(keys), chunk):
+            s.add(p, keys[lo : lo + chunk], values[lo : lo + chunk])
+        for first, stop, placed in s.windows(p):
+            seen.append((first, stop))
+            out[ptr[first] : ptr[stop]] = placed
+    return out, s, seen
+
+
+@pytest.mark.parametrize(
+    ("num_keys", "size", "shape", "window_bytes"),
+    [(1, 50, (), 1 << 20), (40, 3000, (2,), 2000), (5000, 20000, (), 1 << 12), (7, 600, (3,), 64)],
+)
+def test_equals_a_stable_sort_by_key(tmp_path, num_keys, size, shape, window_bytes):
+    rng = np.random.default_rng(num_keys)
+    keys = rng.integers(0, num_keys, size)
+    values = rng.integers(-(2**31), 2**31, (size, *shape)).astype(np.int32)
+    out, s, seen = _sorted_by_spill(keys, values, num_keys, tmp_path, window_bytes)
+    np.testing.assert_array_equal(out, values[np.argsort(keys, kind="stable")])
+    # the windows tile the keys in order, and the spill files are gone
+    assert [f for f, _ in seen] == s.bounds[:-1].tolist() and seen[-1][1] == num_keys
+    assert os.listdir(tmp_path) == []
+
+
+def test_windows_beyond_the_open_files_take_more_passes(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "MAX_OPEN_FILES", 3)
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 300, 5000)
+    values = np.arange(5000, dtype=np.int64)
+    out, s, _ = _sorted_by_spill(keys, values, 300, tmp_path, 512)
+    assert s.passes == -(-s.num_windows // 3) > 3
+    np.testing.assert_array_equal(out, np.argsort(keys, kind="stable"))
+
+
+def test_one_key_larger_than_a_window_is_a_window_of_its_own(tmp_path):
+    keys = np.array([0] * 5 + [1] * 400 + [2] * 3)
+    values = np.arange(len(keys), dtype=np.int32)
+    out, s, seen = _sorted_by_spill(keys, values, 3, tmp_path, 256)
+    assert (1, 2) in seen
+    np.testing.assert_array_equal(out, values)
+
+
+def test_a_count_that_disagrees_with_the_records_is_an_error(tmp_path):
+    ptr = np.array([0, 2, 4], np.int64)
+    s = KeyedSpill(ptr, np.int32, (), str(tmp_path), 1 << 20)
+    s.add(0, np.array([0, 1, 1]), np.array([5, 6, 7], np.int32))
+    with pytest.raises(RuntimeError, match=r"keys \[0, 2\) have 4 rows by the count and 3"):
+        list(s.windows(0, "my_build"))
+    s.close()
+    assert os.listdir(tmp_path) == []
