@@ -71,8 +71,8 @@ class KeyedSpill:
     window by window.
 
     Args:
-        ptr: ``int64 [K + 1]`` offsets of the keys' runs in the output (non-decreasing,
-            from 0; may be a memory map, read in pieces).
+        ptr: ``int64 [K + 1]`` offsets of the keys' runs in the output (non-decreasing;
+            may be a memory map, read in pieces).
         value_dtype, value_shape: what one output row holds (e.g. ``int32`` and ``(2,)``).
         directory: an existing directory for the spill files (removed by :meth:`windows`
             or :meth:`close`).

@@ -91,6 +91,7 @@ from lightgraph.utilities.checks import (
     describe,
 )
 from lightgraph.utilities.memory import check_memory_budget
+from lightgraph.utilities.spill import KeyedSpill
 
 __all__ = ["GAP_GAMMA", "gap_partition", "gap_partition_on_disk"]
 
@@ -108,7 +109,6 @@ _KERNELS = (
     "_heap_fix",
     "_undirected_csr",
     "_relabel",
-    "_relabel_window",
     "_gap_passes",
     "_fill_empty",
     "_invert",
@@ -224,41 +224,46 @@ def _relabel(indptr, indices, order, rank, out):  # type: ignore[no-untyped-def]
     return new_indptr, out
 
 
-def _relabel_window(indptr, indices, rank, new_indptr, r0, r1, buf):  # type: ignore[no-untyped-def]
-    """The new node lists ``r0 .. r1 - 1`` of :func:`_relabel` into ``buf``, from one scan
-    of the old nodes in id order: the lists it copies are read in increasing file order
-    (sequential reads of a memory-mapped ``indices``, whatever the rank order)."""
-    base = new_indptr[r0]
-    for v in range(rank.shape[0]):
-        r = rank[v]
-        if r >= r0 and r < r1:
-            start = new_indptr[r] - base
-            a = indptr[v]
-            for j in range(a, indptr[v + 1]):
-                buf[start + j - a] = rank[indices[j]]
-
-
-def _relabel_on_disk(indptr, indices, order, rank, out, window_slots, new_indptr=None):  # type: ignore[no-untyped-def]
-    """:func:`_relabel` for a memory-mapped ``indices`` and ``out``: the new lists are
-    built in windows of at most ``window_slots`` entries (one node's list at least), each
-    from a sequential scan of ``indices`` and written to ``out`` in order. Random reads of
-    node lists under a memory limit re-read the disk's read-ahead windows: 504 GB for an
-    84M-edge graph in 1 GiB; this reads ``indices`` once per window. ``new_indptr``
-    (``[N + 1]``) receives the new offsets (default: a new array)."""
+def _relabel_on_disk(  # type: ignore[no-untyped-def]
+    indptr, indices, order, rank, out, window_bytes, directory, new_indptr=None
+):
+    """:func:`_relabel` for a memory-mapped ``indices`` and ``out``, with sequential reads
+    and writes only: the old node lists are read in id order, a run of nodes at a time,
+    renamed, and spilled to the files of their windows of new ids
+    (:class:`~lightgraph.utilities.spill.KeyedSpill` under ``directory``); each window is
+    then placed in memory and written to ``out`` in order. Random reads of node lists
+    under a memory limit re-read the disk's read-ahead windows (504 GB for an 84M-edge
+    graph in 1 GiB), and a window per pass over ``indices`` reads it once per window; this
+    reads it once. ``window_bytes`` bounds a run and a window; ``new_indptr`` (``[N + 1]``)
+    receives the new offsets (default: a new array)."""
     num_nodes = order.shape[0]
     _invert(order, rank)
     if new_indptr is None:
         new_indptr = np.empty(num_nodes + 1, np.int64)
     _ordered_offsets(indptr, order, new_indptr)
-    r0 = 0
-    while r0 < num_nodes:
-        r1 = int(np.searchsorted(new_indptr, new_indptr[r0] + window_slots, side="right")) - 1
-        r1 = min(num_nodes, max(r0 + 1, r1))
-        buf = np.empty(int(new_indptr[r1] - new_indptr[r0]), out.dtype)
-        _relabel_window(indptr, indices, rank, new_indptr, r0, r1, buf)
-        out[new_indptr[r0] : new_indptr[r1]] = buf
-        r0 = r1
+    spill = KeyedSpill(new_indptr, out.dtype, (), directory, window_bytes, "renamed")
+    # a run's slots: the owners' new ids (int64), the renamed neighbours, the spilled
+    # records and the sort by window
+    slots = max(1, window_bytes // 2 // _RELABEL_SLOT_BYTES)
+    try:
+        for p in range(spill.passes):
+            v = 0
+            while v < num_nodes:
+                w = int(np.searchsorted(indptr, indptr[v] + slots, side="right")) - 1
+                w = min(num_nodes, max(v + 1, w))
+                lo, hi = int(indptr[v]), int(indptr[w])
+                owners = np.repeat(np.asarray(rank[v:w]), np.diff(np.asarray(indptr[v : w + 1])))
+                spill.add(p, owners, np.asarray(rank)[np.asarray(indices[lo:hi])])
+                v = w
+            for first, stop, renamed in spill.windows(p, "gap_partition_on_disk"):
+                out[new_indptr[first] : new_indptr[stop]] = renamed
+    finally:
+        spill.close()
     return new_indptr, out
+
+
+#: Bytes per slot of a run of old node lists renamed by :func:`_relabel_on_disk`.
+_RELABEL_SLOT_BYTES = 48
 
 
 def _invert(order, rank):  # type: ignore[no-untyped-def]
@@ -533,21 +538,23 @@ def gap_partition_on_disk(
     under a memory limit. The stream order is a counting sort by degree.
 
     1. degrees: one pass over ``edge_index`` in chunks;
-    2. the deduplicated undirected adjacency, built window by window: a window is a
-       range of nodes whose neighbour slots fit the budget, filled by a pass over the
-       edge chunks (a counting sort: every node's cursor advances in edge order, so
-       the neighbour order is :func:`gap_partition`'s), deduplicated in memory and
-       appended to a memory-mapped file (one node whose slots exceed the budget is a
-       window of its own);
-    3. the adjacency renamed in stream order into a second memory-mapped file, in
-       windows of the new order that half the budget holds: each window scans the
-       first file sequentially and is written in order (one read of the file per
-       window; no random reads);
+    2. the deduplicated undirected adjacency, a distribution sort: one pass over the
+       edge chunks appends both directions of every edge to the spill file of its
+       node's window (a range of nodes whose neighbour slots fit the budget; one node
+       whose slots exceed it is a window of its own); each window is then placed in
+       memory in edge order (:func:`gap_partition`'s neighbour order), deduplicated and
+       appended to a memory-mapped file;
+    3. the adjacency renamed in stream order into a second memory-mapped file, the same
+       way: one sequential read of the first file spills the renamed lists to windows of
+       the new order, each placed in memory and written in order (no random reads);
     4. the same streaming and refinement passes, which read the renamed adjacency
        sequentially (``passes + 1`` reads of the file, paged in by the OS).
 
-    The two files (int32 ids below ``2**31`` nodes: at most ``8 E`` bytes each) live in
-    a fresh directory under ``workdir`` and are removed before returning, also on error.
+    The two files (int32 ids below ``2**31`` nodes: at most ``8 E`` bytes each) and the
+    spill files (``8`` bytes per neighbour slot, at most ``16 E`` bytes, removed window by
+    window) live in a fresh directory under ``workdir`` and are removed before
+    returning, also on error. Passes over ``edge_index``: three (more only beyond
+    :data:`~lightgraph.utilities.spill.MAX_OPEN_FILES` windows).
 
     Args:
         edge_index: ``[2, E]`` ``int32``/``int64`` array (e.g. a read-only
@@ -557,9 +564,8 @@ def gap_partition_on_disk(
             read in row chunks).
         train_mask: boolean ``[N]`` array.
         memory_budget: bytes of chunk buffers (``>= 1``; ``None``:
-            :func:`~lightgraph.utilities.memory.default_memory_budget`). Half holds a
-            chunk of ``edge_index``, half a window of neighbour slots; the more windows,
-            the more passes over ``edge_index``.
+            :func:`~lightgraph.utilities.memory.default_memory_budget`): a chunk of
+            ``edge_index`` and its spilled records, or one window of neighbour slots.
         workdir: existing directory for the work files (``None``: the system's
             temporary directory).
 
@@ -599,10 +605,9 @@ def gap_partition_on_disk(
         renamed = open_memmap(
             os.path.join(work, "renamed.npy"), "w+", adjacency.dtype, (max(nnz, 1),)
         )
-        slots = max(1, budget // (2 * adjacency.dtype.itemsize))  # buffer + scan pages
         new_indptr = arrays.zeros("renamed-indptr", num_nodes + 1, np.int64)
         indptr, indices = _relabel_on_disk(
-            indptr, adjacency[:nnz], order, rank, renamed, slots, new_indptr
+            indptr, adjacency[:nnz], order, rank, renamed, budget, work, new_indptr
         )
         del rank, adjacency
         os.remove(os.path.join(work, "adjacency.npy"))
@@ -695,12 +700,13 @@ def _undirected_csr_on_disk(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`_undirected_csr` into the memory-mapped file ``path``: ``(indptr, adjacency,
     nnz)`` with the neighbours in ``adjacency[:nnz]`` (see :func:`gap_partition_on_disk`).
-    The per-node arrays are ``arrays``; a quarter of ``budget`` holds a chunk of edges,
-    half a window's neighbour slots and an eighth its cursors."""
+    The per-node arrays are ``arrays``. The lists are a distribution sort: one pass over
+    the edges spills every neighbour to the file of its node's window (a
+    :class:`~lightgraph.utilities.spill.KeyedSpill` next to ``path``, windows of nodes
+    whose slots fit ``budget``); each window is then placed, deduplicated in memory and
+    appended to ``adjacency``."""
     id_dtype = np.dtype(id_dtype_for(num_nodes))
     chunk = max(1, budget // 4 // (2 * edge_index.dtype.itemsize))
-    window = max(1, budget // 2 // id_dtype.itemsize)
-    window_nodes = max(1, budget // 8 // 8)
     indptr = arrays.zeros("degrees", num_nodes + 1, np.int64)
     for start, row, col in edge_chunks(edge_index, chunk):
         check_edge_ids(owner, start, row, col, num_nodes)  # before the kernel indexes them
@@ -710,22 +716,30 @@ def _undirected_csr_on_disk(
     adjacency = open_memmap(path, "w+", id_dtype, (max(int(indptr[-1]), 1),))
     new_indptr = arrays.zeros("indptr", num_nodes + 1, np.int64)
     mark = arrays.zeros("mark", num_nodes, id_dtype, fill=-1)
-    first = nnz = 0
-    while first < num_nodes:
-        fits = int(np.searchsorted(indptr, indptr[first] + window, side="right")) - 1
-        stop = min(max(fits, first + 1), num_nodes, first + window_nodes)
-        slots = np.empty(int(indptr[stop] - indptr[first]), id_dtype)
-        if len(slots):
-            fill = indptr[first:stop] - indptr[first]
-            for _, row, col in edge_chunks(edge_index, chunk):
-                _csr_scatter(row, col, first, fill, slots)
-            del fill
-        kept = _csr_dedup(indptr, first, stop, slots, mark, new_indptr)
-        adjacency[nnz : nnz + kept] = slots[:kept]
-        nnz += kept
-        first = stop
-        del slots
+    # Every edge a - b appends b to a's list and a to b's, in edge order: the pairs are
+    # interleaved, (a, b) then (b, a), so that a stable sort by node keeps edge order.
+    spill = KeyedSpill(indptr, id_dtype, (), os.path.dirname(path), budget, "adjacency")
+    spill_chunk = max(1, budget // 2 // _SPILL_EDGE_BYTES)
+    nnz = 0
+    try:
+        for p in range(spill.passes):
+            for _, row, col in edge_chunks(edge_index, spill_chunk):
+                loop = row != col
+                ends = np.stack([row[loop], col[loop]], 1)
+                spill.add(p, ends.reshape(-1), ends[:, ::-1].reshape(-1).astype(id_dtype))
+                del ends, loop
+            for first, stop, slots in spill.windows(p, owner):
+                kept = _csr_dedup(indptr, first, stop, slots, mark, new_indptr)
+                adjacency[nnz : nnz + kept] = slots[:kept]
+                nnz += kept
+    finally:
+        spill.close()
     return new_indptr, adjacency, nnz
+
+
+#: Bytes per edge of a chunk spilled by :func:`_undirected_csr_on_disk`: both directions'
+#: keys and values, their records, the windows and the sort's order.
+_SPILL_EDGE_BYTES = 96
 
 
 def _check_edge_ids(owner: str, edge_index: np.ndarray, num_nodes: int, budget: int) -> None:

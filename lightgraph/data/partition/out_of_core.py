@@ -81,13 +81,11 @@ def scatter_by_key(
     cursor: np.ndarray,
     out: np.ndarray,
     values: np.ndarray,
-    window: tuple[int, int] | None = None,
 ) -> None:
     """Counting-sort step: write ``values`` to ``out`` at ``cursor[key]`` onwards, stably
-    (in their order within the chunk), and advance ``cursor``. With ``window=(lo, hi)``
-    only the values whose position falls in ``[lo, hi)`` are written (the cursors advance
-    for all): several passes, each over one window of a memory-mapped ``out``, keep the
-    random writes inside what the page cache holds."""
+    (in their order within the chunk), and advance ``cursor``. For an ``out`` larger than
+    memory, :class:`~lightgraph.utilities.spill.KeyedSpill` does the same with sequential
+    writes."""
     m = keys.size
     if m == 0:
         return
@@ -96,12 +94,7 @@ def scatter_by_key(
     starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
     lengths = np.diff(np.append(starts, m))
     rank = np.arange(m, dtype=np.int64) - np.repeat(starts, lengths)
-    pos = cursor[sorted_keys] + rank
-    if window is None:
-        out[pos] = values[order]
-    else:
-        keep = (pos >= window[0]) & (pos < window[1])
-        out[pos[keep]] = values[order[keep]]
+    out[cursor[sorted_keys] + rank] = values[order]
     cursor[sorted_keys[starts]] += lengths
 
 

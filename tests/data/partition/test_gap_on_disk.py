@@ -174,14 +174,14 @@ def test_bad_arguments_name_them(tmp_path) -> None:
             partition_on_disk(bad, 4, method)
 
 
-@pytest.mark.parametrize("window_slots", [1, 7, 50, 10_000])
-def test_windowed_relabel_equals_the_in_memory_relabel(window_slots):
+@pytest.mark.parametrize("window_bytes", [1, 100, 900, 1 << 20])
+def test_windowed_relabel_equals_the_in_memory_relabel(window_bytes, tmp_path):
     """The on-disk renaming, built window by window from sequential scans, equals the
     in-memory one (windows smaller than one node's list hold that list alone)."""
     from lightgraph.data.partition import gap
 
     gap._compile_kernels("test")
-    gen = np.random.default_rng(window_slots)
+    gen = np.random.default_rng(window_bytes)
     n = 60
     degree = gen.integers(0, 9, n)
     indptr = np.zeros(n + 1, np.int64)
@@ -192,7 +192,13 @@ def test_windowed_relabel_equals_the_in_memory_relabel(window_slots):
         indptr, indices, order, np.empty(n, np.int32), np.empty_like(indices)
     )
     got_indptr, got = gap._relabel_on_disk(
-        indptr, indices, order, np.empty(n, np.int32), np.empty_like(indices), window_slots
+        indptr,
+        indices,
+        order,
+        np.empty(n, np.int32),
+        np.empty_like(indices),
+        window_bytes,
+        str(tmp_path),
     )
     np.testing.assert_array_equal(got_indptr, want_indptr)
     np.testing.assert_array_equal(got, want)

@@ -10,6 +10,7 @@ import pytest
 
 from lightgraph.data.partition import gap, hubs
 from lightgraph.data.partition.out_of_core import scatter_by_key
+from lightgraph.utilities.spill import KeyedSpill
 
 # The lists start just before 2**31 and end past it: every offset crosses the int32 range.
 BASE = 2**31 - 300
@@ -61,7 +62,7 @@ def test_gap_passes_and_renaming_read_lists_past_2_31(tmp_path, graph):
         indptr, indices, order, np.empty(n, np.int32), np.empty_like(indices)
     )
     got_indptr, got = gap._relabel_on_disk(
-        shifted, far, order, np.empty(n, np.int32), np.empty_like(indices), 97
+        shifted, far, order, np.empty(n, np.int32), np.empty_like(indices), 800, str(tmp_path)
     )
     np.testing.assert_array_equal(got_indptr, want_indptr)
     np.testing.assert_array_equal(got, want)
@@ -112,9 +113,14 @@ def test_store_scatter_writes_past_2_31(tmp_path):
     scatter_by_key(keys, cursor, out, values)
     np.testing.assert_array_equal(cursor, start + counts)
     np.testing.assert_array_equal(out[BASE:], values[np.argsort(keys, kind="stable")])
-    # in two windows of positions, as the writer's passes under a memory budget
+    # through spill files in windows of keys, as the writer does for a graph on disk
     out2 = _sparse_int32(tmp_path / "edges2.bin", BASE + 500)
-    for window in ((BASE, BASE + 250), (BASE + 250, BASE + 500)):
-        cursor = start.copy()
-        scatter_by_key(keys, cursor, out2, values, window)
+    ptr = np.append(start, BASE + 500)
+    (tmp_path / "spill").mkdir()
+    spill = KeyedSpill(ptr, np.int32, (), str(tmp_path / "spill"), 3000)
+    assert spill.num_windows >= 2
+    for lo in range(0, 500, 64):
+        spill.add(0, keys[lo : lo + 64], values[lo : lo + 64])
+    for first, stop, placed in spill.windows(0):
+        out2[ptr[first] : ptr[stop]] = placed
     np.testing.assert_array_equal(out2[BASE:], out[BASE:])
