@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parts-per-batch", type=int, default=2)
     p.add_argument("--hub-fraction", type=float, default=0.01)
     p.add_argument("--train-ratio", type=float, default=0.002)
+    p.add_argument(
+        "--memory-budget",
+        default=None,
+        help="prepare's --memory_budget (e.g. 512MB; default: prepare's own default)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     scale = SCALES[args.scale]
@@ -157,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
         elif step == "prepare":
             shutil.rmtree(cache, ignore_errors=True)
             cmd = [sys.executable, "-m", "lightgraph", "prepare", *store_config(args, root, cache)]
+            if args.memory_budget is not None:
+                cmd += ["--memory_budget", args.memory_budget]
             with DiskWatch(args.workdir) as disk:
                 run_step("prepare", cmd, limit, results["steps"])
             results["steps"]["prepare"].update(disk.summary())

@@ -415,9 +415,16 @@ def write_partition_store(
     node_rows = edges if memory_budget is None else rows_per_chunk(memory_budget, _NODE_SORT_BYTES)
     node_ids = arrays.zeros("node-ids", n, idt)
     cursor = part_ptr[:-1].copy()
+    # The edge passes look up the partitions of both ends at random: for a graph on disk,
+    # a copy in the smallest dtype that holds k (fewer pages to keep in memory).
+    node_part = part_np
+    if graph.on_disk:
+        node_part = arrays.zeros("node-part", n, np.int16 if k <= 2**15 else np.int32)
     for lo in range(0, n, node_rows):
         hi = min(n, lo + node_rows)
         scatter_by_key(part_np[lo:hi], cursor, node_ids, np.arange(lo, hi, dtype=idt))
+        if node_part is not part_np:
+            node_part[lo:hi] = part_np[lo:hi]
     store_of = arrays.zeros("store-of", n, idt)
     for lo in range(0, n, node_rows):
         hi = min(n, lo + node_rows)
@@ -480,11 +487,11 @@ def write_partition_store(
             hp = hs ^ hd
             hh = hs & hd
             # hub bucket: 2 * (partition of the non-hub end) + (0: hub -> node, 1: node -> hub)
-            hub_key = 2 * part_np[np.where(hs, dst, src)[hp]] + ~hs[hp]
+            hub_key = 2 * node_part[np.where(hs, dst, src)[hp]].astype(np.int64) + ~hs[hp]
             yield src, dst, hs, pp, hp, hh, hub_key
 
     for src, dst, _hs, pp, _hp, hh, hub_key in chunks():
-        add_key_counts(cnt_pp, part_np[src[pp]] * k + part_np[dst[pp]])
+        add_key_counts(cnt_pp, _bucket(node_part, src[pp], dst[pp], k))
         add_key_counts(cnt_hp, hub_key)
         num_hh += int(hh.sum())
         add_key_counts(indptr[1:], store_of[dst])
@@ -545,7 +552,7 @@ def write_partition_store(
             for src, dst, hs, pp, hp, hh, hub_key in chunks():
                 s_store, d_store = store_of[src], store_of[dst]
                 pair = np.stack([s_store[pp], d_store[pp]], 1)
-                put(p, EDGES_FILE, part_np[src[pp]] * k + part_np[dst[pp]], cur_pp, pair)
+                put(p, EDGES_FILE, _bucket(node_part, src[pp], dst[pp], k), cur_pp, pair)
                 hub_end, other = np.where(hs, src, dst)[hp], np.where(hs, d_store, s_store)[hp]
                 pair = np.stack([np.searchsorted(hub_np, hub_end).astype(idt), other], 1)
                 put(p, HUB_EDGES_FILE, hub_key, cur_hp, pair)
@@ -600,6 +607,11 @@ def write_partition_store(
         "memory_budget": memory_budget,
         "build_seconds": round(time.perf_counter() - start, 3),
     }
+
+
+def _bucket(node_part: np.ndarray, src: np.ndarray, dst: np.ndarray, k: int) -> np.ndarray:
+    """The bucket ``part[src] * k + part[dst]`` of every edge between non-hub nodes."""
+    return node_part[src].astype(np.int64) * k + node_part[dst]
 
 
 def _flush(arrays: dict[str, np.ndarray]) -> None:
