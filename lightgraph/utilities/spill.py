@@ -54,6 +54,13 @@ def _placer():  # type: ignore[no-untyped-def]
     return _place_kernel
 
 
+def _rows(array: np.ndarray) -> np.ndarray:
+    """``array`` as a 2-D array of its rows: its own dtype, or bytes for records."""
+    if array.dtype.fields is not None:
+        return array.reshape(array.shape[0], -1).view(np.uint8)
+    return array.reshape(array.shape[0], -1)
+
+
 class KeyedSpill:
     """``out[ptr[k]:ptr[k + 1]]`` = the values of key ``k``, in the order they were added,
     for every key, through spill files.
@@ -73,7 +80,8 @@ class KeyedSpill:
     Args:
         ptr: ``int64 [K + 1]`` offsets of the keys' runs in the output (non-decreasing;
             may be a memory map, read in pieces).
-        value_dtype, value_shape: what one output row holds (e.g. ``int32`` and ``(2,)``).
+        value_dtype, value_shape: what one output row holds (e.g. ``int32`` and ``(2,)``,
+            or a structured dtype and ``()`` for rows of several fields).
         directory: an existing directory for the spill files (removed by :meth:`windows`
             or :meth:`close`).
         window_bytes: memory one window may use.
@@ -187,8 +195,7 @@ class KeyedSpill:
                 keys = records["key"].astype(np.int64) - v
                 values = np.ascontiguousarray(records["value"])
                 del records
-                place(keys, values.reshape(values.shape[0], -1), cursor,
-                      out.reshape(out.shape[0], -1))  # fmt: skip
+                place(keys, _rows(values), cursor, _rows(out))
                 del keys, values, cursor
             yield v, stop, out
 

@@ -67,3 +67,18 @@ def test_a_count_that_disagrees_with_the_records_is_an_error(tmp_path):
         list(s.windows(0, "my_build"))
     s.close()
     assert os.listdir(tmp_path) == []
+
+
+def test_rows_of_several_fields_are_moved_whole(tmp_path):
+    record = np.dtype([("x", np.float16, (3,)), ("y", np.int64), ("m", np.bool_, (2,))])
+    rng = np.random.default_rng(3)
+    keys = rng.permutation(500)  # one row per key: a permutation, as the store's node rows
+    values = np.empty(500, record)
+    values["x"] = rng.standard_normal((500, 3))
+    values["y"] = rng.integers(-(2**40), 2**40, 500)
+    values["m"] = rng.random((500, 2)) < 0.5
+    out, s, _ = _sorted_by_spill(keys, values, 500, tmp_path, 2000)
+    assert s.num_windows > 3
+    want = np.empty_like(values)
+    want[keys] = values
+    assert out.tobytes() == want.tobytes()

@@ -169,8 +169,6 @@ def _save_npy(writer: CacheWriter, name: str, array: np.ndarray) -> None:
 
 #: Bytes written at once by :func:`_save_npy`.
 _SAVE_BYTES = 1 << 20
-#: Store-row windows (spill files open at once) of :func:`_distribute_node_rows`.
-_ROW_WINDOWS = 256
 
 
 def _distribute_node_rows(
@@ -180,61 +178,44 @@ def _distribute_node_rows(
     y_dtype: np.dtype,
     out: dict,
     spill_dir: str,
+    window_bytes: int,
+    arrays: WorkArrays,
 ) -> None:
     """The node rows of an on-disk graph in store order, with sequential reads and writes
-    only (a distribution sort): (1) read the graph's rows in id order, ``rows`` at a time,
-    and append each row, with its store row, to the spill file of its window of store rows
-    (at most :data:`_ROW_WINDOWS` windows); (2) per window, read its spill file, place its
-    rows in memory and write the window's slice of the store.
+    only (a distribution sort, :class:`~lightgraph.utilities.spill.KeyedSpill` keyed by
+    store row): the graph's rows are read in id order, ``rows`` at a time, and spilled to
+    the files of their windows of store rows; each window is then placed in memory and
+    written to its slice of the store.
 
     A gather in store order (or a scatter in id order) touches rows all over a memory-
     mapped file larger than the memory limit, and every page fault reads a read-ahead
     window: 77 GB read for 7.9 GB of features under 1 GiB. Here the graph's rows are read
-    once, and the spill files are written once and read once."""
+    once (per :data:`~lightgraph.utilities.spill.MAX_OPEN_FILES` windows), and the spill
+    files are written once and read once."""
     n = store_of.shape[0]
     x_src, y_src = data.x, data.y
     record = np.dtype(
         [
-            ("dest", np.int64),
             ("x", x_src.dtype, tuple(x_src.shape[1:])),
             ("y", y_dtype, tuple(y_src.shape[1:])),
             ("masks", np.bool_, (3,)),
         ]
     )
-    window = max(1, -(-n // _ROW_WINDOWS), rows)
-    num_windows = -(-n // window)
-    paths = [os.path.join(spill_dir, f"rows-{w}.bin") for w in range(num_windows)]
-    with contextlib.ExitStack() as stack:
-        files = [stack.enter_context(open(path, "wb")) for path in paths]
+    spill = KeyedSpill(arrays.arange("row-ptr", n + 1, np.int64), record, (), spill_dir,
+                       window_bytes, "rows")  # fmt: skip
+    for p in range(spill.passes):
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
             chunk = np.empty(hi - lo, record)
-            chunk["dest"] = store_of[lo:hi]
             chunk["x"] = np.asarray(x_src[lo:hi])
             chunk["y"] = np.asarray(y_src[lo:hi]).astype(y_dtype, copy=False)
             for j, name in enumerate(MASK_NAMES):
                 chunk["masks"][:, j] = np.asarray(getattr(data, name)[lo:hi])
-            which = chunk["dest"] // window
-            order = np.argsort(which, kind="stable")
-            chunk, which = chunk[order], which[order]
-            cuts = np.flatnonzero(np.diff(which)) + 1
-            for part in np.split(np.arange(chunk.size), cuts):
-                if part.size:
-                    chunk[part].tofile(files[int(which[part[0]])])
-    for w, path in enumerate(paths):
-        first, last = w * window, min(n, (w + 1) * window)
-        spilled = np.fromfile(path, dtype=record)
-        os.remove(path)
-        place = spilled["dest"] - first
-        x = np.empty((last - first, *x_src.shape[1:]), np.float32)
-        x[place] = spilled["x"]
-        out[X_FILE][first:last] = x
-        y = np.empty((last - first, *y_src.shape[1:]), y_dtype)
-        y[place] = spilled["y"]
-        out[Y_FILE][first:last] = y
-        masks = np.empty((last - first, 3), np.bool_)
-        masks[place] = spilled["masks"]
-        out[MASKS_FILE][first:last] = masks
+            spill.add(p, np.asarray(store_of[lo:hi]), chunk)
+        for first, stop, placed in spill.windows(p, "write_partition_store"):
+            out[X_FILE][first:stop] = placed["x"]
+            out[Y_FILE][first:stop] = placed["y"]
+            out[MASKS_FILE][first:stop] = placed["masks"]
 
 
 class _Graph:
@@ -397,6 +378,9 @@ def write_partition_store(
         rows = rows_per_chunk(memory_budget, 3 * row_bytes + 32, reserved, cap=rows)
         edges = rows_per_chunk(memory_budget, _EDGE_BYTES, reserved, cap=chunk_size)
 
+    # memory of one window of the spill files (an on-disk graph's node rows and edges)
+    window_bytes = memory_budget if memory_budget is not None else default_memory_budget()
+
     # ---- node order: stable sort by partition
     sizes = np.bincount(part_np, minlength=k).astype(np.int64)
     part_ptr = np.zeros(k + 1, dtype=np.int64)
@@ -471,7 +455,9 @@ def write_partition_store(
             with tempfile.TemporaryDirectory(
                 prefix=".rows-", dir=os.path.dirname(os.path.abspath(paths[X_FILE]))
             ) as spill:
-                _distribute_node_rows(graph.data, store_of, rows, y_dtype, out, spill)
+                _distribute_node_rows(
+                    graph.data, store_of, rows, y_dtype, out, spill, window_bytes, arrays
+                )
         _flush(out)
 
     # ---- edges: pass 1 counts buckets and in-degrees
@@ -528,7 +514,6 @@ def write_partition_store(
             spill_dir = tempfile.TemporaryDirectory(
                 prefix=".edges-", dir=os.path.dirname(os.path.abspath(paths[EDGES_FILE]))
             )
-            window_bytes = memory_budget if memory_budget is not None else default_memory_budget()
             spills = {
                 EDGES_FILE: KeyedSpill(edge_ptr, idt, (2,), spill_dir.name, window_bytes, "pp"),
                 HUB_EDGES_FILE: KeyedSpill(
