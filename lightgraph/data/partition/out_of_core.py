@@ -11,13 +11,13 @@ keeps only per-node arrays (``O(N)``) between chunks.
   passes of a counting sort (count the keys of every chunk; then write every chunk's
   values at their keys' cursors, stably, into a memory-mapped output);
 * :func:`on_disk_csc` -- the CSC of an on-disk ``edge_index`` (a distribution sort into
-  spill files by target windows, each window sorted in memory), written to ``.npy``
-  files, equal to :func:`~lightgraph.functional.neighbor_sampling.to_csc`'s.
+  spill files by target windows, :class:`~lightgraph.utilities.spill.KeyedSpill`, each
+  window sorted in memory), written to ``.npy`` files, equal to
+  :func:`~lightgraph.functional.neighbor_sampling.to_csc`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from typing import Any
@@ -29,6 +29,7 @@ from lightgraph.data.datasets.on_disk import OnDiskGraph
 from lightgraph.utilities.arrays import edge_chunks, new_npy
 from lightgraph.utilities.checks import check_edge_ids, check_int, check_type
 from lightgraph.utilities.memory import check_memory_budget, rows_per_chunk
+from lightgraph.utilities.spill import KeyedSpill
 
 __all__ = [
     "CSC_INDICES_NAME",
@@ -46,13 +47,8 @@ CSC_INDPTR_NAME, CSC_INDICES_NAME = "csc_indptr.npy", "csc_indices.npy"
 # Bytes per edge of a chunk: the int64 (src, dst) copies, the sort's order and keys, the
 # ranks and gathered values of the scatter, with headroom.
 _CSC_EDGE_BYTES = 128
-# Bytes per edge of a window sorted in memory (its spilled pairs, target and source as
-# int64, the key and the sort's scratch).
-_WINDOW_EDGE_BYTES = 64
 # Bytes per edge of a validation chunk (the int64 copy of one row and its comparisons).
 _CHECK_EDGE_BYTES = 24
-# Windows of targets whose spill files one pass over the edges fills (open files at once).
-_OPEN_FILES = 256
 # The largest chunk worth taking: beyond it NumPy's per-call overhead is long amortised.
 _MAX_CHUNK = 1 << 22
 
@@ -235,15 +231,16 @@ def on_disk_csc(
     memory: :func:`~lightgraph.functional.neighbor_sampling.to_csc` out of core.
 
     A distribution sort whose reads and writes are all sequential: (1) count in-degrees
-    over chunks of the edges (the ``indptr``) and cut the targets into *windows*, runs of
-    consecutive targets with as many in-edges as ``memory_budget`` sorts at once; (2) append every chunk's edges
-    to the spill file of their target's window; (3) read one window's spill file at a time,
-    sort it by (target, source) in memory and write it to its slice of the memory-mapped
-    ``indices``. Memory: ``indptr`` (``int64 [N + 1]``, counted in its memory-mapped
-    file), one chunk or window sized by
+    over chunks of the edges (the ``indptr``); (2) append every edge's source to the
+    spill file of its target's window, a run of consecutive targets with as many in-edges
+    as ``memory_budget`` sorts at once (:class:`~lightgraph.utilities.spill.KeyedSpill`);
+    (3) read one window's spill file at a time, sort each target's sources in memory and
+    write the window to its slice of the memory-mapped ``indices``. Memory: ``indptr``
+    (``int64 [N + 1]``, counted in its memory-mapped file), one chunk or window sized by
     ``memory_budget`` and, for a target with more in-edges than a window, that target's
-    in-edges. Disk: the spill files, as large as the edges, removed at the end. Passes
-    over the edges: two, plus one per 256 windows beyond the first 256.
+    in-edges. Disk: the spill files, as large as the edges' (target, source) pairs,
+    removed window by window. Passes over the edges: two, plus one per 256 windows
+    beyond the first 256.
 
     Args:
         edge_index: ``[2, num_edges]`` integer array (a ``numpy.memmap`` read chunk by
@@ -276,35 +273,29 @@ def on_disk_csc(
         )
     num_edges = int(edge_index.shape[1])
     chunk = rows_per_chunk(budget, _CSC_EDGE_BYTES, cap=_MAX_CHUNK)
-    # a window's edges are sorted in memory at once: as many as the budget holds
-    window_edges = rows_per_chunk(budget, _WINDOW_EDGE_BYTES)
     idt = np.dtype(np.int32 if n < 2**31 else np.int64)
 
-    # pass 1: in-degrees, and the windows of targets. The offsets are counted in their
-    # memory-mapped file (file pages the kernel may reclaim, not the process's memory).
+    # pass 1: in-degrees. The offsets are counted in their memory-mapped file (file
+    # pages the kernel may reclaim, not the process's memory).
     indptr_path = os.path.join(directory, CSC_INDPTR_NAME)
     indptr = new_npy(indptr_path, np.int64, (n + 1,))
     for lo, src, dst in edge_chunks(edge_index, chunk, np.int64):
         check_edge_ids(owner, lo, src, dst, n)
         add_key_counts(indptr[1:], dst)
     np.cumsum(indptr, out=indptr)
-    bounds = [0]
-    while bounds[-1] < n:
-        v = bounds[-1]
-        w = int(np.searchsorted(indptr, indptr[v] + window_edges, side="right")) - 1
-        bounds.append(min(n, max(v + 1, w)))
-    window_start = np.asarray(bounds[:-1], dtype=np.int64)
 
+    # pass 2: the sources spilled by target windows; each window placed, then every
+    # target's sources sorted
     indices_path = os.path.join(directory, CSC_INDICES_NAME)
     indices = new_npy(indices_path, idt, (num_edges,))
-    with tempfile.TemporaryDirectory(prefix=".csc-", dir=directory) as spill:
-        # Windows are distributed _OPEN_FILES at a time (one pass over the edges each).
-        for first in range(0, len(window_start), _OPEN_FILES):
-            last = min(len(window_start), first + _OPEN_FILES)
-            _distribute(edge_index, chunk, window_start, first, last, bounds[last], idt, spill)
-            for i in range(first, last):
-                v, w = bounds[i], bounds[i + 1]
-                _sort_window(owner, indptr, v, w, n, idt, indices, os.path.join(spill, str(i)))
+    with tempfile.TemporaryDirectory(prefix=".csc-", dir=directory) as spill_dir:
+        spill = KeyedSpill(indptr, idt, (), spill_dir, budget, "csc")
+        for p in range(spill.passes):
+            for _, src, dst in edge_chunks(edge_index, chunk, np.int64):
+                spill.add(p, dst, src.astype(idt))
+            for v, w, sources in spill.windows(p, owner):
+                _sort_window(indptr, v, w, n, sources)
+                indices[indptr[v] : indptr[w]] = sources
     for array in (indptr, indices):
         if isinstance(array, np.memmap):
             array.flush()
@@ -315,67 +306,15 @@ def on_disk_csc(
     )
 
 
-def _distribute(
-    edge_index: np.ndarray,
-    chunk: int,
-    window_start: np.ndarray,
-    first: int,
-    last: int,
-    stop: int,
-    idt: np.dtype,
-    spill: str,
-) -> None:
-    """Append the (target, source) pairs of the edges into windows ``first .. last - 1``
-    (targets below ``stop``) to the windows' spill files, in edge order."""
-    with contextlib.ExitStack() as stack:
-        # unbuffered: each append is one write of a whole run, and many windows keep no
-        # buffers
-        files = [
-            stack.enter_context(open(os.path.join(spill, str(i)), "ab", buffering=0))
-            for i in range(first, last)
-        ]
-        low = window_start[first]
-        for _, src, dst in edge_chunks(edge_index, chunk, np.int64):
-            keep = (dst >= low) & (dst < stop)
-            src, dst = src[keep], dst[keep]
-            window = np.searchsorted(window_start, dst, side="right") - 1
-            order = np.argsort(window, kind="stable")
-            window, pairs = window[order], np.stack([dst[order], src[order]], 1).astype(idt)
-            cuts = (np.flatnonzero(np.diff(window)) + 1).tolist()
-            for a, b in zip([0, *cuts], [*cuts, window.size], strict=True):
-                if b > a:
-                    pairs[a:b].tofile(files[int(window[a]) - first])
-
-
-def _sort_window(
-    owner: str,
-    indptr: np.ndarray,
-    v: int,
-    w: int,
-    n: int,
-    idt: np.dtype,
-    indices: np.ndarray,
-    path: str,
-) -> None:
-    """Sort window ``[v, w)``'s spilled pairs by (target, source) and write its sources."""
-    first, last = int(indptr[v]), int(indptr[w])
-    pairs = np.fromfile(path, dtype=idt).reshape(-1, 2) if os.path.exists(path) else None
-    found = 0 if pairs is None else pairs.shape[0]
-    if found != last - first:
-        raise RuntimeError(
-            f"{owner}: `edge_index` changed between the passes over it (targets "
-            f"[{v}, {w}) have {last - first} in-edges by the first pass, {found} by the "
-            f"second); do not modify it during the build."
-        )
-    if pairs is None or found == 0:
+def _sort_window(indptr: np.ndarray, v: int, w: int, n: int, sources: np.ndarray) -> None:
+    """Sort, in place, the sources of every target of window ``[v, w)`` (``sources`` holds
+    their runs, ``indptr[v]`` onwards)."""
+    if sources.size == 0:
         return
-    os.remove(path)
-    target = pairs[:, 0].astype(np.int64) - v
-    sources = pairs[:, 1].astype(np.int64)
-    del pairs
+    target = np.repeat(np.arange(w - v, dtype=np.int64), np.diff(np.asarray(indptr[v : w + 1])))
     if (w - v) * max(n, 1) < 2**62:
         key = target * n + sources
         key.sort()
-        indices[first:last] = key % max(n, 1)
+        sources[:] = key % max(n, 1)
     else:
-        indices[first:last] = sources[np.lexsort((sources, target))]
+        sources[:] = sources[np.lexsort((sources, target))]
