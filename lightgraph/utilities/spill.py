@@ -29,7 +29,7 @@ __all__ = ["KeyedSpill"]
 #: Spill files one :class:`KeyedSpill` keeps open at once (windows beyond take more passes).
 MAX_OPEN_FILES = 256
 
-_place_kernel: Any = None
+_compiled_kernels: Any = None
 _lock = threading.Lock()
 
 
@@ -43,15 +43,56 @@ def _place(keys, values, cursor, out):  # type: ignore[no-untyped-def]
         cursor[k] = j + 1
 
 
-def _placer():  # type: ignore[no-untyped-def]
-    global _place_kernel
-    if _place_kernel is None:
+def _window_of(keys, starts, table, shift, first, last, window, counts):  # type: ignore[no-untyped-def]
+    """``window[i]``: the window of ``keys[i]`` (the last ``j`` with ``starts[j] <=
+    keys[i]``) less ``first``, or ``-1`` outside ``[first, last)``; ``counts[w]`` counts
+    window ``first + w`` and ``counts[-1]`` all records kept. ``table[b]`` is the window
+    of key ``b << shift``: a lookup, then a step past the windows that start inside the
+    key's bucket."""
+    n = starts.shape[0]
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        w = table[k >> shift]
+        while w + 1 < n and starts[w + 1] <= k:
+            w += 1
+        if first <= w < last:
+            window[i] = w - first
+            counts[w - first] += 1
+            counts[-1] += 1
+        else:
+            window[i] = -1
+
+
+def _scatter_order(window, offsets, order):  # type: ignore[no-untyped-def]
+    """``order``: the records' indices grouped by window, in input order within one."""
+    for i in range(window.shape[0]):
+        w = window[i]
+        if w >= 0:
+            order[offsets[w]] = i
+            offsets[w] += 1
+
+
+def _order_by_window(window: np.ndarray, counts: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Fill ``order`` (the records kept, by window, stably); return the windows' offsets
+    in it (``[windows + 1]``)."""
+    offsets = np.zeros(counts.shape[0], np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    cursor = offsets[:-1].copy()
+    _kernels()[2](window, cursor, order)
+    return offsets
+
+
+def _kernels():  # type: ignore[no-untyped-def]
+    """The compiled ``(_place, _window_of, _scatter_order)`` (numba, once per process)."""
+    global _compiled_kernels
+    if _compiled_kernels is None:
         with _lock:
-            if _place_kernel is None:
+            if _compiled_kernels is None:
                 import numba  # a core dependency (pyproject)
 
-                _place_kernel = numba.njit(cache=True, nogil=True)(_place)
-    return _place_kernel
+                jit = numba.njit(cache=True, nogil=True)
+                _compiled_kernels = (jit(_place), jit(_window_of), jit(_scatter_order))
+    return _compiled_kernels
 
 
 def _rows(array: np.ndarray) -> np.ndarray:
@@ -115,6 +156,10 @@ class KeyedSpill:
             bounds.append(min(self.num_keys, v + keys, max(v + 1, w)))
         self.bounds = np.asarray(bounds, np.int64)
         self.starts = self.bounds[:-1]
+        # the window of every key >> shift, at most 2**20 of them
+        self._shift = max(0, (max(self.num_keys - 1, 1)).bit_length() - 20)
+        buckets = np.arange(0, max(self.num_keys, 1), 1 << self._shift, dtype=np.int64)
+        self._table = (np.searchsorted(self.starts, buckets, side="right") - 1).astype(np.int32)
         self.num_windows = len(self.starts)
         self.passes = max(1, -(-self.num_windows // MAX_OPEN_FILES))
         self.directory = directory
@@ -145,21 +190,18 @@ class KeyedSpill:
             ]
             self._pass = p
         first, last = self._group(p)
-        window = np.searchsorted(self.starts, keys, side="right") - 1
-        if self.passes > 1:
-            keep = (window >= first) & (window < last)
-            keys, values, window = keys[keep], values[keep], window[keep]
-        # windows fit int16 (<= MAX_OPEN_FILES per pass): NumPy's stable sort is a radix sort
-        window = (window - first).astype(np.int16)
-        order = np.argsort(window, kind="stable")
+        # each record's window (-1: another pass's) and the records' order by window, in
+        # input order within a window (a stable counting sort, compiled)
+        window = np.empty(keys.shape[0], np.int32)
+        counts = np.zeros(last - first + 1, np.int64)
+        _kernels()[1](keys, self.starts, self._table, self._shift, first, last, window, counts)
+        order = np.empty(int(counts[-1]), np.int64)
+        offsets = _order_by_window(window, counts, order)
         records = np.empty(order.size, self.record)
         records["key"] = keys[order]
         records["value"] = values[order]
-        window = window[order]
-        cuts = (np.flatnonzero(window[1:] != window[:-1]) + 1).tolist()
-        for a, b in zip([0, *cuts], [*cuts, window.size], strict=True):
-            if b > a:
-                records[a:b].tofile(self._files[int(window[a])])
+        for w in np.flatnonzero(offsets[1:] > offsets[:-1]).tolist():
+            records[offsets[w] : offsets[w + 1]].tofile(self._files[w])
 
     def windows(self, p: int, owner: str = "KeyedSpill") -> Iterator[tuple[int, int, np.ndarray]]:
         """The windows of pass ``p``, in key order: ``(first_key, stop_key, values)``.
@@ -170,7 +212,7 @@ class KeyedSpill:
         """
         self._stack.close()
         self._files = []
-        place = _placer()
+        place = _kernels()[0]
         first, last = self._group(p)
         for w in range(first, last):
             v, stop = int(self.bounds[w]), int(self.bounds[w + 1])

@@ -82,3 +82,24 @@ def test_rows_of_several_fields_are_moved_whole(tmp_path):
     want = np.empty_like(values)
     want[keys] = values
     assert out.tobytes() == want.tobytes()
+
+
+def test_window_lookup_equals_a_binary_search_with_windows_inside_a_bucket():
+    """The window of a key is read from a table of every 2**shift-th key, then stepped
+    past the windows that start inside its bucket: np.searchsorted's answer."""
+    rng = np.random.default_rng(5)
+    num_keys, shift = 5000, 6  # buckets of 64 keys, windows of 1 to 200 keys
+    starts = np.unique(np.concatenate([[0], rng.integers(1, num_keys, 80), [64, 65, 66]]))
+    table = (np.searchsorted(starts, np.arange(0, num_keys, 1 << shift), "right") - 1).astype(
+        np.int32
+    )
+    keys = np.concatenate([rng.integers(0, num_keys, 20000), starts, starts[1:] - 1])
+    want = np.searchsorted(starts, keys, side="right") - 1
+    first, last = 10, 50
+    window = np.empty(keys.size, np.int32)
+    counts = np.zeros(last - first + 1, np.int64)
+    spill._kernels()[1](keys, starts, table, shift, first, last, window, counts)
+    inside = (want >= first) & (want < last)
+    np.testing.assert_array_equal(window, np.where(inside, want - first, -1))
+    np.testing.assert_array_equal(counts[:-1], np.bincount(want[inside] - first, minlength=40))
+    assert counts[-1] == inside.sum()
