@@ -96,7 +96,9 @@ def test_mapped_file_pages_do_not_count_against_the_budget(tmp_path):
     assert default_memory_budget(root) == (GIB - 520 * MIB) // 2
 
 
-@pytest.mark.parametrize("num_keys,size", [(50, 1 << 20), (5000, 300), (0, 1 << 20)])
+@pytest.mark.parametrize(
+    "num_keys,size", [(50, 1 << 20), (5000, 300), (0, 1 << 20), (400_000, 1 << 17)]
+)
 def test_add_key_counts_is_a_bincount_into_a_view(num_keys, size):
     gen = np.random.default_rng(num_keys)
     keys = gen.integers(0, size, num_keys)
