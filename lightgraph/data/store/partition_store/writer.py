@@ -413,8 +413,9 @@ def write_partition_store(
     for lo in range(0, n, node_rows):
         hi = min(n, lo + node_rows)
         store_of[node_ids[lo:hi]] = np.arange(lo, hi, dtype=idt)
-    is_hub = arrays.zeros("is-hub", n, np.bool_)
-    is_hub[hub_np] = True
+    # hub flags as bits (an eighth of the pages the edge passes read at random)
+    hub_bits = arrays.zeros("hub-bits", (n + 7) // 8, np.uint8)
+    np.bitwise_or.at(hub_bits, hub_np >> 3, np.left_shift(1, hub_np & 7).astype(np.uint8))
     hub_store = store_of[hub_np]
 
     _save_npy(writer, PART_PTR_FILE, part_ptr)
@@ -464,11 +465,13 @@ def write_partition_store(
     cnt_pp = np.zeros(k * k, dtype=np.int64)
     cnt_hp = np.zeros(2 * k, dtype=np.int64)
     num_hh = 0
-    indptr = arrays.zeros("csc-indptr", n + 1, np.int64)
+    # in-degrees by store id, counted at random: int32 while the edges fit it (half the
+    # pages of the int64 offsets), then summed in order into the offsets
+    in_degree = arrays.zeros("in-degree", n, np.int32 if num_edges < 2**31 else np.int64)
 
     def chunks() -> Any:
         for src, dst in graph.edge_chunks(edges):
-            hs, hd = is_hub[src], is_hub[dst]
+            hs, hd = _bits(hub_bits, src), _bits(hub_bits, dst)
             pp = ~(hs | hd)
             hp = hs ^ hd
             hh = hs & hd
@@ -480,8 +483,15 @@ def write_partition_store(
         add_key_counts(cnt_pp, _bucket(node_part, src[pp], dst[pp], k))
         add_key_counts(cnt_hp, hub_key)
         num_hh += int(hh.sum())
-        add_key_counts(indptr[1:], store_of[dst])
-    np.cumsum(indptr, out=indptr)
+        add_key_counts(in_degree, store_of[dst])
+    indptr = arrays.zeros("csc-indptr", n + 1, np.int64)
+    total = 0
+    for lo in range(0, n, node_rows):
+        hi = min(n, lo + node_rows)
+        np.cumsum(in_degree[lo:hi], dtype=np.int64, out=indptr[lo + 1 : hi + 1])
+        indptr[lo + 1 : hi + 1] += total
+        total = int(indptr[hi])
+    del in_degree
     edge_ptr = np.zeros(k * k + 1, dtype=np.int64)
     np.cumsum(cnt_pp, out=edge_ptr[1:])
     hub_edge_ptr = np.zeros(2 * k + 1, dtype=np.int64)
@@ -592,6 +602,11 @@ def write_partition_store(
         "memory_budget": memory_budget,
         "build_seconds": round(time.perf_counter() - start, 3),
     }
+
+
+def _bits(bits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``bits``'s flag of every node in ``ids`` (bit ``i & 7`` of byte ``i >> 3``)."""
+    return ((bits[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1).astype(np.bool_)
 
 
 def _bucket(node_part: np.ndarray, src: np.ndarray, dst: np.ndarray, k: int) -> np.ndarray:
