@@ -113,6 +113,11 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="prepare's --memory_budget (e.g. 512MB; default: prepare's own default)",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the cache of an earlier, interrupted prepare: its finished stages resume",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     scale = SCALES[args.scale]
@@ -160,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
             cmd = ["sh", "-c", f"cat {files} > /dev/null && cat {files} > /dev/null"]
             run_step("read2x", cmd, limit, results["steps"])
         elif step == "prepare":
-            shutil.rmtree(cache, ignore_errors=True)
+            if not args.resume:
+                shutil.rmtree(cache, ignore_errors=True)
             cmd = [sys.executable, "-m", "lightgraph", "prepare", *store_config(args, root, cache)]
             if args.memory_budget is not None:
                 cmd += ["--memory_budget", args.memory_budget]

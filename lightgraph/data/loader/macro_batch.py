@@ -387,13 +387,24 @@ class MacroBatchLoader(ResumableLoader):
     def _target_counts(self) -> list[int] | None:
         """Training targets (non-hub training nodes) of every partition, if the store says."""
         if self._counts is None and hasattr(self.store, "mask") and hasattr(self.store, "part_ptr"):
-            train = self.store.mask("train").clone()
+            # Partition by partition over the (memory-mapped) mask, less the training hubs:
+            # memory is one partition's slice and the hubs, not a copy per node.
+            train = self.store.mask("train")
+            ptr = torch.as_tensor(self.store.part_ptr, dtype=torch.long)
+            counts = torch.tensor(
+                [
+                    int(train[a:b].sum())
+                    for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)
+                ],
+                dtype=torch.long,
+            )
             hubs = getattr(self.store, "hub_store_ids", None)
             if hubs is not None and hubs.numel():
-                train[hubs.long()] = False
-            ptr = torch.as_tensor(self.store.part_ptr, dtype=torch.long)
-            cum = torch.cat([torch.zeros(1, dtype=torch.long), train.long().cumsum(0)])
-            self._counts = (cum[ptr[1:]] - cum[ptr[:-1]]).tolist()
+                hubs = hubs.long()
+                trained = hubs[train[hubs]]
+                part = torch.searchsorted(ptr, trained, right=True) - 1
+                counts -= torch.bincount(part, minlength=len(counts))
+            self._counts = counts.tolist()
         return self._counts
 
     def num_batches(self, epoch: int | None = None) -> int:

@@ -80,6 +80,32 @@ def test_targets_are_never_hubs_nor_outside_the_macro_batch(module, graph):
         assert torch.equal(batch.y, graph.y[n_id])
 
 
+def test_target_counts_are_each_partitions_training_nodes_less_its_hubs(module, graph):
+    store = module.store
+    ptr = store.part_ptr.tolist()
+    node_ids = store.node_ids.long().tolist()
+    hubs = set(store.hubs.tolist())
+    want = [
+        sum(1 for v in node_ids[a:b] if bool(graph.train_mask[v]) and v not in hubs)
+        for a, b in zip(ptr[:-1], ptr[1:], strict=True)
+    ]
+    assert _loader(module)._target_counts() == want
+
+
+def test_target_counts_leave_out_training_hubs():
+    """A store whose hubs include training nodes: each is left out of its partition's count."""
+    from types import SimpleNamespace
+
+    train = torch.tensor([1, 1, 0, 1, 1, 1, 0, 1], dtype=torch.bool)
+    store = SimpleNamespace(
+        mask=lambda split: train,
+        part_ptr=torch.tensor([0, 3, 3, 8]),  # partition 1 is empty
+        hub_store_ids=torch.tensor([1, 2, 4, 7], dtype=torch.int32),  # 2: not training
+    )
+    loader = SimpleNamespace(store=store, _counts=None)
+    assert MacroBatchLoader._target_counts(loader) == [2 - 1, 0, 4 - 2]
+
+
 def test_every_target_is_trained_reuse_times_per_epoch(module, graph):
     hubs = set(module.store.hubs.tolist())
     expected = set(graph.train_mask.nonzero().view(-1).tolist()) - hubs
