@@ -131,7 +131,7 @@ def test_state_memory_is_bounded_by_nodes_and_budget(tmp_path) -> None:
     ``64 N + budget`` plus a constant, far below one E-sized id array; the in-memory
     partitioner on the same graph exceeds the bound (so the check can fail)."""
     rng = np.random.default_rng(0)
-    num_nodes, num_edges, budget = 2000, 400_000, 64 * KIB
+    num_nodes, num_edges, budget = 2000, 200_000, 64 * KIB  # E = 100 N
     edge_index = rng.integers(0, num_nodes, (2, num_edges)).astype(np.int32)
     graph = _on_disk(
         tmp_path, edge_index, rng.integers(0, 4, num_nodes), rng.random(num_nodes) < 0.5, 4
