@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,70 +28,16 @@ __all__ = ["KeyedSpill"]
 #: Spill files one :class:`KeyedSpill` keeps open at once (windows beyond take more passes).
 MAX_OPEN_FILES = 256
 
-_compiled_kernels: Any = None
-_lock = threading.Lock()
-
-
-def _place(keys, values, cursor, out):  # type: ignore[no-untyped-def]
-    """``out[cursor[keys[i]], :] = values[i, :]``, advancing the cursor (a stable scatter)."""
-    for i in range(keys.shape[0]):
-        k = keys[i]
-        j = cursor[k]
-        for c in range(values.shape[1]):
-            out[j, c] = values[i, c]
-        cursor[k] = j + 1
-
-
-def _window_of(keys, starts, table, shift, first, last, window, counts):  # type: ignore[no-untyped-def]
-    """``window[i]``: the window of ``keys[i]`` (the last ``j`` with ``starts[j] <=
-    keys[i]``) less ``first``, or ``-1`` outside ``[first, last)``; ``counts[w]`` counts
-    window ``first + w`` and ``counts[-1]`` all records kept. ``table[b]`` is the window
-    of key ``b << shift``: a lookup, then a step past the windows that start inside the
-    key's bucket."""
-    n = starts.shape[0]
-    for i in range(keys.shape[0]):
-        k = keys[i]
-        w = table[k >> shift]
-        while w + 1 < n and starts[w + 1] <= k:
-            w += 1
-        if first <= w < last:
-            window[i] = w - first
-            counts[w - first] += 1
-            counts[-1] += 1
-        else:
-            window[i] = -1
-
-
-def _scatter_order(window, offsets, order):  # type: ignore[no-untyped-def]
-    """``order``: the records' indices grouped by window, in input order within one."""
-    for i in range(window.shape[0]):
-        w = window[i]
-        if w >= 0:
-            order[offsets[w]] = i
-            offsets[w] += 1
-
 
 def _order_by_window(window: np.ndarray, counts: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Fill ``order`` (the records kept, by window, stably); return the windows' offsets
     in it (``[windows + 1]``)."""
     offsets = np.zeros(counts.shape[0], np.int64)
     np.cumsum(counts[:-1], out=offsets[1:])
-    cursor = offsets[:-1].copy()
-    _kernels()[2](window, cursor, order)
+    from lightgraph.utilities import _array_kernels
+
+    _array_kernels.scatter_order(window, offsets[:-1].copy(), order)
     return offsets
-
-
-def _kernels():  # type: ignore[no-untyped-def]
-    """The compiled ``(_place, _window_of, _scatter_order)`` (numba, once per process)."""
-    global _compiled_kernels
-    if _compiled_kernels is None:
-        with _lock:
-            if _compiled_kernels is None:
-                import numba  # a core dependency (pyproject)
-
-                jit = numba.njit(cache=True, nogil=True)
-                _compiled_kernels = (jit(_place), jit(_window_of), jit(_scatter_order))
-    return _compiled_kernels
 
 
 def _rows(array: np.ndarray) -> np.ndarray:
@@ -120,7 +65,8 @@ class KeyedSpill:
 
     Args:
         ptr: ``int64 [K + 1]`` offsets of the keys' runs in the output (non-decreasing;
-            may be a memory map, read in pieces).
+            may be a memory map, read in pieces), or an int ``K``: one row per key (the
+            output is in key order, ``ptr = arange(K + 1)`` without the array).
         value_dtype, value_shape: what one output row holds (e.g. ``int32`` and ``(2,)``,
             or a structured dtype and ``()`` for rows of several fields).
         directory: an existing directory for the spill files (removed by :meth:`windows`
@@ -131,7 +77,7 @@ class KeyedSpill:
 
     def __init__(
         self,
-        ptr: np.ndarray,
+        ptr: np.ndarray | int,
         value_dtype: Any,
         value_shape: tuple[int, ...],
         directory: str,
@@ -139,7 +85,7 @@ class KeyedSpill:
         name: str = "spill",
     ) -> None:
         self.ptr = ptr
-        self.num_keys = int(len(ptr) - 1)
+        self.num_keys = int(ptr) if isinstance(ptr, int) else int(len(ptr) - 1)
         key_dtype = np.dtype(np.int32 if self.num_keys < 2**31 else np.int64)
         self.value_dtype = np.dtype(value_dtype)
         self.value_shape = tuple(value_shape)
@@ -152,7 +98,7 @@ class KeyedSpill:
         bounds = [0]
         while bounds[-1] < self.num_keys:
             v = bounds[-1]
-            w = int(np.searchsorted(ptr, int(ptr[v]) + rows, side="right")) - 1
+            w = v + rows if isinstance(ptr, int) else self._last_within(v, rows)
             bounds.append(min(self.num_keys, v + keys, max(v + 1, w)))
         self.bounds = np.asarray(bounds, np.int64)
         self.starts = self.bounds[:-1]
@@ -168,6 +114,14 @@ class KeyedSpill:
         self._pass = -1
         self._stack = contextlib.ExitStack()
 
+    def _last_within(self, v: int, rows: int) -> int:
+        """The last key ``w`` with ``ptr[w] <= ptr[v] + rows``."""
+        return int(np.searchsorted(self.ptr, int(self.ptr[v]) + rows, side="right")) - 1
+
+    def offset(self, key: int) -> int:
+        """``ptr[key]``: where the rows of ``key`` start in the output."""
+        return key if isinstance(self.ptr, int) else int(self.ptr[key])
+
     def _path(self, w: int) -> str:
         return os.path.join(self.directory, f"{self.name}-{w}.bin")
 
@@ -179,22 +133,25 @@ class KeyedSpill:
         ``values`` ``[m, *value_shape]``) whose windows belong to pass ``p``."""
         if self.num_windows == 0 or keys.size == 0:
             return
+        from lightgraph.utilities import _array_kernels
+
+        first, last = self._group(p)
         if p != self._pass:
             self._stack.close()
             self._stack = contextlib.ExitStack()
-            first, last = self._group(p)
             # unbuffered: each append is one write of a whole run; many windows, no buffers
             self._files = [
                 self._stack.enter_context(open(self._path(w), "ab", buffering=0))
                 for w in range(first, last)
             ]
             self._pass = p
-        first, last = self._group(p)
         # each record's window (-1: another pass's) and the records' order by window, in
         # input order within a window (a stable counting sort, compiled)
         window = np.empty(keys.shape[0], np.int32)
         counts = np.zeros(last - first + 1, np.int64)
-        _kernels()[1](keys, self.starts, self._table, self._shift, first, last, window, counts)
+        _array_kernels.window_of(
+            keys, self.starts, self._table, self._shift, first, last, window, counts
+        )
         order = np.empty(int(counts[-1]), np.int64)
         offsets = _order_by_window(window, counts, order)
         records = np.empty(order.size, self.record)
@@ -210,13 +167,14 @@ class KeyedSpill:
             RuntimeError: if a window's records are not as many as ``ptr`` says (the input
                 changed between the pass that counted it and this one).
         """
+        from lightgraph.utilities import _array_kernels
+
         self._stack.close()
         self._files = []
-        place = _kernels()[0]
         first, last = self._group(p)
         for w in range(first, last):
             v, stop = int(self.bounds[w]), int(self.bounds[w + 1])
-            lo, hi = int(self.ptr[v]), int(self.ptr[stop])
+            lo, hi = self.offset(v), self.offset(stop)
             path = self._path(w)
             records = (
                 np.fromfile(path, dtype=self.record)
@@ -233,11 +191,14 @@ class KeyedSpill:
                 )
             out = np.empty((hi - lo, *self.value_shape), self.value_dtype)
             if records.size:
-                cursor = np.asarray(self.ptr[v:stop], dtype=np.int64) - lo
+                if isinstance(self.ptr, int):
+                    cursor = np.arange(stop - v, dtype=np.int64)
+                else:
+                    cursor = np.asarray(self.ptr[v:stop], dtype=np.int64) - lo
                 keys = records["key"].astype(np.int64) - v
                 values = np.ascontiguousarray(records["value"])
                 del records
-                place(keys, _rows(values), cursor, _rows(out))
+                _array_kernels.place(keys, _rows(values), cursor, _rows(out))
                 del keys, values, cursor
             yield v, stop, out
 

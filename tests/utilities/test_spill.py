@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from lightgraph.utilities import spill
+from lightgraph.utilities import _array_kernels, spill
 from lightgraph.utilities.spill import KeyedSpill
 
 
@@ -98,8 +98,26 @@ def test_window_lookup_equals_a_binary_search_with_windows_inside_a_bucket():
     first, last = 10, 50
     window = np.empty(keys.size, np.int32)
     counts = np.zeros(last - first + 1, np.int64)
-    spill._kernels()[1](keys, starts, table, shift, first, last, window, counts)
+    _array_kernels.window_of(keys, starts, table, shift, first, last, window, counts)
     inside = (want >= first) & (want < last)
     np.testing.assert_array_equal(window, np.where(inside, want - first, -1))
     np.testing.assert_array_equal(counts[:-1], np.bincount(want[inside] - first, minlength=40))
     assert counts[-1] == inside.sum()
+
+
+def test_one_row_per_key_needs_no_offsets_array(tmp_path):
+    """``ptr=K`` is ``arange(K + 1)`` without the array: the same windows and output."""
+    rng = np.random.default_rng(6)
+    keys = rng.permutation(700)
+    values = rng.integers(0, 2**31, 700).astype(np.int32)
+    want, with_array, _ = _sorted_by_spill(keys, values, 700, tmp_path, 1500)
+    s = KeyedSpill(700, np.int32, (), str(tmp_path), 1500)
+    np.testing.assert_array_equal(s.bounds, with_array.bounds)
+    out = np.empty_like(values)
+    for p in range(s.passes):
+        s.add(p, keys, values)
+        for first, stop, placed in s.windows(p):
+            assert (s.offset(first), s.offset(stop)) == (first, stop)
+            out[first:stop] = placed
+    np.testing.assert_array_equal(out, want)
+    assert os.listdir(tmp_path) == []

@@ -69,20 +69,9 @@ def add_key_counts(counts: np.ndarray, keys: np.ndarray) -> None:
     if size <= 1 << 16:
         counts += np.bincount(keys, minlength=size)
         return
-    global _count_kernel
-    if _count_kernel is None:
-        import numba  # a core dependency (pyproject)
+    from lightgraph.utilities import _array_kernels  # imports numba on the first call
 
-        _count_kernel = numba.njit(cache=True, nogil=True)(_count)
-    _count_kernel(counts, keys)  # numpy.add.at: 15-30x slower here
-
-
-def _count(counts, keys):  # type: ignore[no-untyped-def]
-    for i in range(keys.shape[0]):
-        counts[keys[i]] += 1
-
-
-_count_kernel: Any = None
+    _array_kernels.count_keys(counts, keys)  # numpy.add.at: 15-30x slower here
 
 
 def scatter_by_key(

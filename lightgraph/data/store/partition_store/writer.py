@@ -179,7 +179,6 @@ def _distribute_node_rows(
     out: dict,
     spill_dir: str,
     window_bytes: int,
-    arrays: WorkArrays,
 ) -> None:
     """The node rows of an on-disk graph in store order, with sequential reads and writes
     only (a distribution sort, :class:`~lightgraph.utilities.spill.KeyedSpill` keyed by
@@ -201,8 +200,7 @@ def _distribute_node_rows(
             ("masks", np.bool_, (3,)),
         ]
     )
-    spill = KeyedSpill(arrays.arange("row-ptr", n + 1, np.int64), record, (), spill_dir,
-                       window_bytes, "rows")  # fmt: skip
+    spill = KeyedSpill(n, record, (), spill_dir, window_bytes, "rows")  # one row per node
     for p in range(spill.passes):
         for lo in range(0, n, rows):
             hi = min(n, lo + rows)
@@ -456,9 +454,7 @@ def write_partition_store(
             with tempfile.TemporaryDirectory(
                 prefix=".rows-", dir=os.path.dirname(os.path.abspath(paths[X_FILE]))
             ) as spill:
-                _distribute_node_rows(
-                    graph.data, store_of, rows, y_dtype, out, spill, window_bytes, arrays
-                )
+                _distribute_node_rows(graph.data, store_of, rows, y_dtype, out, spill, window_bytes)
         _flush(out)
 
     # ---- edges: pass 1 counts buckets and in-degrees
@@ -562,7 +558,7 @@ def write_partition_store(
             for name, spill in spills.items():
                 if p < spill.passes:
                     for first, stop, values in spill.windows(p, owner):
-                        out[name][int(spill.ptr[first]) : int(spill.ptr[stop])] = values
+                        out[name][spill.offset(first) : spill.offset(stop)] = values
         if spill_dir is not None:
             spill_dir.cleanup()
         if hh_at != num_hh or (
