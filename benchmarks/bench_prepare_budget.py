@@ -9,6 +9,7 @@ Scales (``--scale``):
   of files -- in a 1.5 GiB cgroup;
 * ``100m``: 100M nodes, 1B directed edges (int32 ids), 32 float16 features -- 14.8 GB
   -- in a cgroup of an eighth of the files (1.85 GB);
+* ``10m``: a tenth of ``100m`` (1.5 GB) in an eighth of its files, for profiling;
 * ``dry``: 1M nodes, 10M edges, 16 float16 features in 768 MiB (a few minutes).
 
 Every step runs in a fresh process in a fresh memory cgroup (cgroup v1; the page cache
@@ -54,6 +55,13 @@ SCALES: dict[str, dict[str, Any]] = {
     "100m": {
         "num_nodes": 100_000_000,
         "num_edges": 1_000_000_000,
+        "features": 32,
+        "feature_dtype": "float16",
+        "memory_bytes": None,  # an eighth of the files
+    },
+    "10m": {
+        "num_nodes": 10_000_000,
+        "num_edges": 100_000_000,
         "features": 32,
         "feature_dtype": "float16",
         "memory_bytes": None,  # an eighth of the files

@@ -29,22 +29,12 @@ __all__ = ["KeyedSpill"]
 MAX_OPEN_FILES = 256
 
 
-def _order_by_window(window: np.ndarray, counts: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Fill ``order`` (the records kept, by window, stably); return the windows' offsets
-    in it (``[windows + 1]``)."""
-    offsets = np.zeros(counts.shape[0], np.int64)
-    np.cumsum(counts[:-1], out=offsets[1:])
-    from lightgraph.utilities import _array_kernels
-
-    _array_kernels.scatter_order(window, offsets[:-1].copy(), order)
-    return offsets
-
-
-def _rows(array: np.ndarray) -> np.ndarray:
-    """``array`` as a 2-D array of its rows: its own dtype, or bytes for records."""
-    if array.dtype.fields is not None:
-        return array.reshape(array.shape[0], -1).view(np.uint8)
-    return array.reshape(array.shape[0], -1)
+def _units(array: np.ndarray, unit: int) -> np.ndarray:
+    """``array``'s rows as unsigned integers of ``unit`` bytes (``[len(array), row bytes /
+    unit]``; a view if it is contiguous): the kernels copy whole units, not bytes."""
+    array = np.ascontiguousarray(array)
+    rows = array.reshape(array.shape[0], -1).view(np.uint8).reshape(array.shape[0], -1)
+    return rows.view(np.dtype(f"u{unit}"))
 
 
 class KeyedSpill:
@@ -86,11 +76,14 @@ class KeyedSpill:
     ) -> None:
         self.ptr = ptr
         self.num_keys = int(ptr) if isinstance(ptr, int) else int(len(ptr) - 1)
-        key_dtype = np.dtype(np.int32 if self.num_keys < 2**31 else np.int64)
+        # little-endian: the add kernel writes the keys byte by byte
+        key_dtype = np.dtype("<i4" if self.num_keys < 2**31 else "<i8")
         self.value_dtype = np.dtype(value_dtype)
         self.value_shape = tuple(value_shape)
         self.record = np.dtype([("key", key_dtype), ("value", self.value_dtype, self.value_shape)])
         value_bytes = self.value_dtype.itemsize * int(np.prod(self.value_shape, dtype=np.int64))
+        # the widest unit of whole keys and values: what the kernels copy at once
+        self._unit = next(u for u in (8, 4, 2, 1) if key_dtype.itemsize % u == value_bytes % u == 0)
         # a window's records, its keys as int64 and its placed values (plus headroom)
         row_bytes = self.record.itemsize + 8 + value_bytes + 8
         rows = max(1, window_bytes // 2 // row_bytes)
@@ -152,11 +145,18 @@ class KeyedSpill:
         _array_kernels.window_of(
             keys, self.starts, self._table, self._shift, first, last, window, counts
         )
-        order = np.empty(int(counts[-1]), np.int64)
-        offsets = _order_by_window(window, counts, order)
-        records = np.empty(order.size, self.record)
-        records["key"] = keys[order]
-        records["value"] = values[order]
+        offsets = np.zeros(counts.shape[0], np.int64)
+        np.cumsum(counts[:-1], out=offsets[1:])
+        unit = self._unit
+        records = np.empty((int(counts[-1]), self.record.itemsize // unit), f"u{unit}")
+        _array_kernels.spill_records(
+            keys,
+            self.record["key"].itemsize // unit,
+            _units(values, unit),
+            window,
+            offsets[:-1].copy(),
+            records,
+        )
         for w in np.flatnonzero(offsets[1:] > offsets[:-1]).tolist():
             records[offsets[w] : offsets[w + 1]].tofile(self._files[w])
 
@@ -195,11 +195,15 @@ class KeyedSpill:
                     cursor = np.arange(stop - v, dtype=np.int64)
                 else:
                     cursor = np.asarray(self.ptr[v:stop], dtype=np.int64) - lo
-                keys = records["key"].astype(np.int64) - v
-                values = np.ascontiguousarray(records["value"])
-                del records
-                _array_kernels.place(keys, _rows(values), cursor, _rows(out))
-                del keys, values, cursor
+                _array_kernels.place_records(
+                    records["key"],
+                    _units(records, self._unit),
+                    v,
+                    self.record["key"].itemsize // self._unit,
+                    cursor,
+                    _units(out, self._unit),
+                )
+                del records, cursor
             yield v, stop, out
 
     def close(self) -> None:

@@ -41,6 +41,17 @@ def test_equals_a_stable_sort_by_key(tmp_path, num_keys, size, shape, window_byt
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_a_large_window_of_uneven_keys_is_placed_stably(tmp_path, shape):
+    rng = np.random.default_rng(7)
+    extra = 1 << 16
+    keys = np.concatenate([rng.integers(0, 3000, 4000), rng.integers(2500, 2600, extra)])
+    values = rng.integers(-(2**31), 2**31, (len(keys), *shape)).astype(np.int32)
+    out, s, seen = _sorted_by_spill(keys, values, 3000, tmp_path, 1 << 24, chunk=40999)
+    assert seen == [(0, 3000)]  # one window
+    np.testing.assert_array_equal(out, values[np.argsort(keys, kind="stable")])
+
+
 def test_windows_beyond_the_open_files_take_more_passes(tmp_path, monkeypatch):
     monkeypatch.setattr(spill, "MAX_OPEN_FILES", 3)
     rng = np.random.default_rng(1)

@@ -397,11 +397,16 @@ def _gap_passes(  # type: ignore[no-untyped-def]
         for v in range(part.shape[0]):
             s = stratum[v]
             old = part[v]
-            if old >= 0:  # move v out of its partition
-                counts[s, old] -= 1
-                _heap_fix(s, old, heap, pos, counts, caps, offsets, marginal)
             best_p = heap[s, 0]  # best balance: the 1st candidate
+            if old >= 0:
+                # v leaves its partition. The heap is fixed only if v moves: the count of
+                # ``old`` fell, so the best balance is the heap's top or ``old``.
+                counts[s, old] -= 1
             best = _balance_score(s, best_p, counts, caps, offsets, marginal)
+            if old >= 0 and old != best_p:
+                score = _balance_score(s, old, counts, caps, offsets, marginal)
+                if _better(score, old, best, best_p):
+                    best, best_p = score, old
             num_adjacent = 0
             for j in range(indptr[v], indptr[v + 1]):
                 pu = part[indices[j]]
@@ -418,8 +423,13 @@ def _gap_passes(  # type: ignore[no-untyped-def]
                         best, best_p = score, p
                 num_nbr[p] = 0
             part[v] = best_p
-            counts[s, best_p] += 1
-            _heap_fix(s, best_p, heap, pos, counts, caps, offsets, marginal)
+            if best_p != old:  # (staying restores the count the heap holds)
+                if old >= 0:
+                    _heap_fix(s, old, heap, pos, counts, caps, offsets, marginal)
+                counts[s, best_p] += 1
+                _heap_fix(s, best_p, heap, pos, counts, caps, offsets, marginal)
+            else:
+                counts[s, best_p] += 1
     return part
 
 

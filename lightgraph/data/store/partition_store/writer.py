@@ -34,7 +34,6 @@ from lightgraph.data.datasets.graph_dataset import (
 )
 from lightgraph.data.datasets.on_disk import OnDiskGraph
 from lightgraph.data.partition.out_of_core import (
-    add_key_counts,
     scatter_by_key,
     validate_on_disk_graph,
 )
@@ -465,21 +464,12 @@ def write_partition_store(
     # pages of the int64 offsets), then summed in order into the offsets
     in_degree = arrays.zeros("in-degree", n, np.int32 if num_edges < 2**31 else np.int64)
 
-    def chunks() -> Any:
-        for src, dst in graph.edge_chunks(edges):
-            hs, hd = _bits(hub_bits, src), _bits(hub_bits, dst)
-            pp = ~(hs | hd)
-            hp = hs ^ hd
-            hh = hs & hd
-            # hub bucket: 2 * (partition of the non-hub end) + (0: hub -> node, 1: node -> hub)
-            hub_key = 2 * node_part[np.where(hs, dst, src)[hp]].astype(np.int64) + ~hs[hp]
-            yield src, dst, hs, pp, hp, hh, hub_key
+    from lightgraph.utilities import _array_kernels  # imports numba on the first call
 
-    for src, dst, _hs, pp, _hp, hh, hub_key in chunks():
-        add_key_counts(cnt_pp, _bucket(node_part, src[pp], dst[pp], k))
-        add_key_counts(cnt_hp, hub_key)
-        num_hh += int(hh.sum())
-        add_key_counts(in_degree, store_of[dst])
+    for src, dst in graph.edge_chunks(edges):
+        num_hh += _array_kernels.count_store_edges(
+            src, dst, hub_bits, node_part, store_of, k, cnt_pp, cnt_hp, in_degree
+        )
     indptr = arrays.zeros("csc-indptr", n + 1, np.int64)
     total = 0
     for lo in range(0, n, node_rows):
@@ -540,21 +530,26 @@ def write_partition_store(
         hh_at = 0
         for p in range(passes):
             hh_at = 0
-            for src, dst, hs, pp, hp, hh, hub_key in chunks():
-                s_store, d_store = store_of[src], store_of[dst]
-                pair = np.stack([s_store[pp], d_store[pp]], 1)
-                put(p, EDGES_FILE, _bucket(node_part, src[pp], dst[pp], k), cur_pp, pair)
-                hub_end, other = np.where(hs, src, dst)[hp], np.where(hs, d_store, s_store)[hp]
-                pair = np.stack([np.searchsorted(hub_np, hub_end).astype(idt), other], 1)
-                put(p, HUB_EDGES_FILE, hub_key, cur_hp, pair)
-                m_hh = int(hh.sum())
+            for src, dst in graph.edge_chunks(edges):
+                m = src.shape[0]
+                pp_key, hp_key = np.empty(m, np.int64), np.empty(m, np.int64)
+                pp_pair, hp_pair = np.empty((m, 2), idt), np.empty((m, 2), idt)
+                hh_pair, csc_key, csc_value = (
+                    np.empty((m, 2), idt),
+                    np.empty(m, idt),
+                    np.empty(m, idt),
+                )
+                n_pp, n_hp, m_hh = _array_kernels.split_store_edges(
+                    src, dst, hub_bits, node_part, store_of, hub_np, k,
+                    pp_key, pp_pair, hp_key, hp_pair, hh_pair, csc_key, csc_value,
+                )  # fmt: skip
+                put(p, EDGES_FILE, pp_key[:n_pp], cur_pp, pp_pair[:n_pp])
+                put(p, HUB_EDGES_FILE, hp_key[:n_hp], cur_hp, hp_pair[:n_hp])
                 if p == 0:  # appended in edge order: sequential, written once
-                    pair = np.stack(
-                        [np.searchsorted(hub_np, src[hh]), np.searchsorted(hub_np, dst[hh])], 1
-                    )
-                    out[HUB_HUB_EDGES_FILE][hh_at : hh_at + m_hh] = pair
+                    out[HUB_HUB_EDGES_FILE][hh_at : hh_at + m_hh] = hh_pair[:m_hh]
                 hh_at += m_hh
-                put(p, CSC_INDICES_FILE, d_store, cur_csc, s_store)
+                put(p, CSC_INDICES_FILE, csc_key, cur_csc, csc_value)
+                del pp_key, hp_key, pp_pair, hp_pair, hh_pair, csc_key, csc_value
             for name, spill in spills.items():
                 if p < spill.passes:
                     for first, stop, values in spill.windows(p, owner):
@@ -598,16 +593,6 @@ def write_partition_store(
         "memory_budget": memory_budget,
         "build_seconds": round(time.perf_counter() - start, 3),
     }
-
-
-def _bits(bits: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """``bits``'s flag of every node in ``ids`` (bit ``i & 7`` of byte ``i >> 3``)."""
-    return ((bits[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1).astype(np.bool_)
-
-
-def _bucket(node_part: np.ndarray, src: np.ndarray, dst: np.ndarray, k: int) -> np.ndarray:
-    """The bucket ``part[src] * k + part[dst]`` of every edge between non-hub nodes."""
-    return node_part[src].astype(np.int64) * k + node_part[dst]
 
 
 def _flush(arrays: dict[str, np.ndarray]) -> None:
