@@ -84,8 +84,10 @@ class KeyedSpill:
         value_bytes = self.value_dtype.itemsize * int(np.prod(self.value_shape, dtype=np.int64))
         # the widest unit of whole keys and values: what the kernels copy at once
         self._unit = next(u for u in (8, 4, 2, 1) if key_dtype.itemsize % u == value_bytes % u == 0)
-        # a window's records, its keys as int64 and its placed values (plus headroom)
-        row_bytes = self.record.itemsize + 8 + value_bytes + 8
+        # a window: its records as read, its placed values and 8 bytes a row for what
+        # its consumer makes of it (half the memory); one int64 cursor per key (the
+        # other half)
+        row_bytes = self.record.itemsize + value_bytes + 8
         rows = max(1, window_bytes // 2 // row_bytes)
         keys = max(1, window_bytes // 2 // 8)
         bounds = [0]

@@ -359,7 +359,7 @@ def test_node_rows_distributed_over_many_windows_give_the_same_store(tmp_path, m
             yield first, stop, values
 
     monkeypatch.setattr(spill.KeyedSpill, "windows", count_windows)
-    kw = {"num_parts": 8, "hub_fraction": 0.05, "memory_budget": 48 * KIB}
+    kw = {"num_parts": 8, "hub_fraction": 0.05, "memory_budget": 16 * KIB}
     disk = build_store(on_disk, cache_dir=str(tmp_path / "disk"), **kw)
     memory = build_store(data, cache_dir=str(tmp_path / "memory"), **kw)
     assert len({w for w in windows if w[0] == "rows"}) >= 3  # of 600 store rows

@@ -192,13 +192,14 @@ def _distribute_node_rows(
     files are written once and read once."""
     n = store_of.shape[0]
     x_src, y_src = data.x, data.y
-    record = np.dtype(
-        [
-            ("x", x_src.dtype, tuple(x_src.shape[1:])),
-            ("y", y_dtype, tuple(y_src.shape[1:])),
-            ("masks", np.bool_, (3,)),
-        ]
-    )
+    fields = [
+        ("x", x_src.dtype, tuple(x_src.shape[1:])),
+        ("y", y_dtype, tuple(y_src.shape[1:])),
+        ("masks", np.bool_, (3,)),
+    ]
+    # padded to whole 4-byte units: the spill then moves a row 4 bytes at a time, not 1
+    pad = -np.dtype(fields).itemsize % 4
+    record = np.dtype(fields + ([("pad", np.uint8, (pad,))] if pad else []))
     spill = KeyedSpill(n, record, (), spill_dir, window_bytes, "rows")  # one row per node
     for p in range(spill.passes):
         for lo in range(0, n, rows):
