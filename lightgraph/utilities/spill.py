@@ -76,7 +76,7 @@ class KeyedSpill:
     ) -> None:
         self.ptr = ptr
         self.num_keys = int(ptr) if isinstance(ptr, int) else int(len(ptr) - 1)
-        # little-endian: the add kernel writes the keys byte by byte
+        # little-endian: the add kernel writes the keys unit by unit
         key_dtype = np.dtype("<i4" if self.num_keys < 2**31 else "<i8")
         self.value_dtype = np.dtype(value_dtype)
         self.value_shape = tuple(value_shape)
@@ -84,6 +84,7 @@ class KeyedSpill:
         value_bytes = self.value_dtype.itemsize * int(np.prod(self.value_shape, dtype=np.int64))
         # the widest unit of whole keys and values: what the kernels copy at once
         self._unit = next(u for u in (8, 4, 2, 1) if key_dtype.itemsize % u == value_bytes % u == 0)
+        self._key_units = key_dtype.itemsize // self._unit
         # a window: its records as read, its placed values and 8 bytes a row for what
         # its consumer makes of it (half the memory); one int64 cursor per key (the
         # other half)
@@ -153,7 +154,7 @@ class KeyedSpill:
         records = np.empty((int(counts[-1]), self.record.itemsize // unit), f"u{unit}")
         _array_kernels.spill_records(
             keys,
-            self.record["key"].itemsize // unit,
+            self._key_units,
             _units(values, unit),
             window,
             offsets[:-1].copy(),
@@ -201,7 +202,7 @@ class KeyedSpill:
                     records["key"],
                     _units(records, self._unit),
                     v,
-                    self.record["key"].itemsize // self._unit,
+                    self._key_units,
                     cursor,
                     _units(out, self._unit),
                 )

@@ -423,13 +423,12 @@ def _gap_passes(  # type: ignore[no-untyped-def]
                         best, best_p = score, p
                 num_nbr[p] = 0
             part[v] = best_p
-            if best_p != old:  # (staying restores the count the heap holds)
-                if old >= 0:
-                    _heap_fix(s, old, heap, pos, counts, caps, offsets, marginal)
-                counts[s, best_p] += 1
+            moved = best_p != old  # (staying restores the count the heap holds)
+            if moved and old >= 0:
+                _heap_fix(s, old, heap, pos, counts, caps, offsets, marginal)
+            counts[s, best_p] += 1
+            if moved:
                 _heap_fix(s, best_p, heap, pos, counts, caps, offsets, marginal)
-            else:
-                counts[s, best_p] += 1
     return part
 
 

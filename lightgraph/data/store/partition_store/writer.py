@@ -528,29 +528,26 @@ def write_partition_store(
             elif p < spills[name].passes:
                 spills[name].add(p, keys, values)
 
+        # the second pass's outputs of one chunk, allocated once and reused
+        size = max(1, min(edges, num_edges))
+        pp_key, hp_key = np.empty(size, np.int64), np.empty(size, np.int64)
+        pp_pair, hp_pair, hh_pair = (np.empty((size, 2), idt) for _ in range(3))
+        csc_key, csc_value = np.empty(size, idt), np.empty(size, idt)
         hh_at = 0
         for p in range(passes):
             hh_at = 0
             for src, dst in graph.edge_chunks(edges):
                 m = src.shape[0]
-                pp_key, hp_key = np.empty(m, np.int64), np.empty(m, np.int64)
-                pp_pair, hp_pair = np.empty((m, 2), idt), np.empty((m, 2), idt)
-                hh_pair, csc_key, csc_value = (
-                    np.empty((m, 2), idt),
-                    np.empty(m, idt),
-                    np.empty(m, idt),
-                )
                 n_pp, n_hp, m_hh = _array_kernels.split_store_edges(
                     src, dst, hub_bits, node_part, store_of, hub_np, k,
-                    pp_key, pp_pair, hp_key, hp_pair, hh_pair, csc_key, csc_value,
+                    pp_key, pp_pair, hp_key, hp_pair, hh_pair, csc_key[:m], csc_value[:m],
                 )  # fmt: skip
                 put(p, EDGES_FILE, pp_key[:n_pp], cur_pp, pp_pair[:n_pp])
                 put(p, HUB_EDGES_FILE, hp_key[:n_hp], cur_hp, hp_pair[:n_hp])
                 if p == 0:  # appended in edge order: sequential, written once
                     out[HUB_HUB_EDGES_FILE][hh_at : hh_at + m_hh] = hh_pair[:m_hh]
                 hh_at += m_hh
-                put(p, CSC_INDICES_FILE, csc_key, cur_csc, csc_value)
-                del pp_key, hp_key, pp_pair, hp_pair, hh_pair, csc_key, csc_value
+                put(p, CSC_INDICES_FILE, csc_key[:m], cur_csc, csc_value[:m])
             for name, spill in spills.items():
                 if p < spill.passes:
                     for first, stop, values in spill.windows(p, owner):
